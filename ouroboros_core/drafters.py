@@ -1,0 +1,166 @@
+"""Who proposes: vanilla (nothing), a draft model token by token, or Ouroboros phrase by phrase.
+
+Each drafter belongs to one request. `propose` drafts after the committed tokens; `observe` learns from
+the target's verdict. The decode loop in engine.py is the same for all three.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from .cache import new_cache, truncate
+from .config import OuroborosConfig, SpeculativeConfig
+from .events import Source
+from .pool import PhrasePool
+from .verify import Verdict, forward_tree, walk_tree
+
+
+@dataclass
+class Proposal:
+    trunk: list[int] = field(default_factory=list)
+    trunk_sources: list[Source] = field(default_factory=list)
+    branches: list[list[int]] = field(default_factory=list)  # each continues after the whole trunk
+    branch_sources: list[Source] = field(default_factory=list)  # one per branch
+
+
+class Vanilla:
+    """Proposes nothing: every step is one plain target forward."""
+
+    def start(self, prompt_ids: list[int]) -> None:
+        pass
+
+    def propose(self, committed: list[int], limit: int) -> Proposal:
+        return Proposal()
+
+    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
+                trunk_tokens: list[int]) -> None:
+        pass
+
+
+class DraftRunner:
+    """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to extend."""
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = new_cache(model)
+        self.fed: list[int] = []  # tokens whose keys and values are in the cache
+
+    def forward(self, sequence: list[int], branches: list[list[int]] = (), offsets=None) -> torch.Tensor:
+        """Logits after `sequence` and at every branch position; the cache keeps `sequence` alone."""
+        common = 0
+        limit = min(len(self.fed), len(sequence) - 1)  # at least one token must be fed
+        while common < limit and self.fed[common] == sequence[common]:
+            common += 1
+        truncate(self.cache, common)
+        logits = forward_tree(self.model, self.cache, sequence[common:], [], list(branches), offsets)
+        truncate(self.cache, len(sequence))
+        self.fed = list(sequence)
+        return logits
+
+
+class Speculative(Vanilla):
+    """Classic speculative decoding: the draft proposes gamma tokens, one forward each."""
+
+    def __init__(self, model, config: SpeculativeConfig):
+        self.runner = DraftRunner(model)
+        self.config = config
+
+    def propose(self, committed: list[int], limit: int) -> Proposal:
+        sequence = list(committed)
+        trunk = []
+        for _ in range(min(self.config.gamma, limit)):
+            token = int(self.runner.forward(sequence)[0].argmax())
+            trunk.append(token)
+            sequence.append(token)
+        return Proposal(trunk, [Source.DRAFT] * len(trunk))
+
+
+class Ouroboros(Vanilla):
+    """The draft decodes phrase by phrase with a lookahead window and a phrase pool (Zhao et al. 2024).
+
+    Window: up to N-1 levels of W guessed tokens. Column i is a chain of guesses placed i positions after
+    the draft's last token; each draft forward extends every chain by one token, and a full chain of N
+    tokens enters the pool as (key = its first token, phrase = the N-1 after). The same forward checks
+    pool phrases keyed on the draft's last token, so one draft forward can advance by a whole phrase.
+    """
+
+    def __init__(self, model, config: OuroborosConfig, pool: PhrasePool):
+        self.runner = DraftRunner(model)
+        self.config = config
+        self.pool = pool
+        self.levels: list[list[int]] = []  # levels[l][i]: column i's l-th guess
+
+    def start(self, prompt_ids: list[int]) -> None:
+        if self.config.prompt_lookup:
+            self.pool.add_ngrams(prompt_ids, self.config.ngram, Source.PROMPT)
+        if self.config.window:
+            # Seed the chains with prompt tokens (fixed seed: runs must be reproducible).
+            rng = random.Random(len(prompt_ids))
+            self.levels = [[rng.choice(prompt_ids) for _ in range(self.config.window)]]
+
+    def propose(self, committed: list[int], limit: int) -> Proposal:
+        cfg = self.config
+        sequence = list(committed)
+        trunk: list[int] = []
+        sources: list[Source] = []
+        want = min(cfg.gamma, limit)
+        while len(trunk) < want:
+            new, new_sources = self._draft_step(sequence)
+            trunk += new
+            sources += new_sources
+            sequence += new
+        trunk, sources = trunk[:limit], sources[:limit]
+        room = limit - len(trunk)
+        branches, branch_sources = [], []
+        if room > 0 and cfg.branches:
+            key = trunk[-1] if trunk else committed[-1]
+            for phrase, source in self.pool.lookup(key, cfg.branches):
+                branches.append(list(phrase[:room]))
+                branch_sources.append(source)
+        return Proposal(trunk, sources, branches, branch_sources)
+
+    def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source]]:
+        """One draft forward: the next token, or a verified pool phrase plus the token after it."""
+        cfg = self.config
+        candidates = self.pool.lookup(sequence[-1], cfg.draft_candidates)
+        depth = len(self.levels)
+        columns = [[level[i] for level in self.levels] for i in range(cfg.window)] if depth else []
+        phrases = [list(phrase) for phrase, _ in candidates]
+        offsets = list(range(len(columns))) + [0] * len(phrases)
+        logits = self.runner.forward(sequence, columns + phrases, offsets)
+        guesses = logits.argmax(dim=-1).tolist()
+        window_out = guesses[1 : 1 + depth * len(columns)]
+        phrase_out, start = [], 1 + depth * len(columns)
+        for phrase in phrases:
+            phrase_out.append(guesses[start : start + len(phrase)])
+            start += len(phrase)
+        verdict = walk_tree([], phrases, [guesses[0]], phrase_out)
+        if columns:
+            self._advance_window([window_out[i * depth + depth - 1] for i in range(len(columns))])
+        if verdict.branch is None:
+            return [verdict.next_token], [Source.DRAFT]
+        matched = phrases[verdict.branch][: verdict.branch_accepted]
+        source = candidates[verdict.branch][1]
+        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT]
+
+    def _advance_window(self, newest: list[int]) -> None:
+        if len(self.levels) == self.config.ngram - 1:
+            for i, key in enumerate(self.levels[0]):
+                phrase = tuple(level[i] for level in self.levels[1:]) + (newest[i],)
+                self.pool.add(key, phrase, Source.POOL)
+            self.levels = self.levels[1:]
+        self.levels.append(newest)
+
+    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
+                trunk_tokens: list[int]) -> None:
+        n = self.config.ngram
+        accepted = verdict.trunk_accepted
+        if accepted < len(proposal.trunk):
+            # The target's tokens over a rejected tail are mostly right, if misplaced: pool them.
+            key = committed[old_length + accepted - 1]
+            self.pool.add(key, tuple(trunk_tokens[accepted : accepted + n - 1]), Source.POOL)
+        if self.config.prompt_lookup:
+            self.pool.add_ngrams(committed, n, Source.PROMPT, start=max(0, old_length - n + 1))

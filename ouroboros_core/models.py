@@ -1,0 +1,155 @@
+"""Loading a target/draft pair: a preset name, a local folder or a Hugging Face Hub id."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+PRESETS_FILE = Path(__file__).resolve().parent / "presets.json"
+PRESET_ENV = "OUROBOROS_PRESET"  # chooses the preset on a Spaces host
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py"]
+
+
+class LoadError(RuntimeError):
+    """A model could not be found or loaded; the message says what to do about it."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    target: str
+    draft: str
+    chat: bool  # apply the tokenizer's chat template to prompts
+    description: str
+
+
+def presets() -> dict[str, Preset]:
+    data = json.loads(PRESETS_FILE.read_text())
+    return {name: Preset(name=name, **entry) for name, entry in data.items()}
+
+
+def resolve_folder(spec: str) -> Path:
+    """A local folder as is; anything else that looks like owner/name is a Hub id, downloaded or cached."""
+    if spec.startswith("assets/"):
+        spec = str(ASSETS.parent / spec)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise LoadError(f"{path} has no config.json: it is not a Hugging Face model folder")
+        return path
+    looks_like_path = spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").replace("/", "", 1)
+    if looks_like_path or spec.count("/") != 1:
+        raise LoadError(f"model folder {spec!r} does not exist, and it is not a Hub id (owner/name)")
+    return download(spec)
+
+
+def download(repo_id: str) -> Path:
+    # huggingface_hub honours HF_HUB_OFFLINE, HF_TOKEN and HF_HOME itself, and shows a progress bar.
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (GatedRepoError, HFValidationError, LocalEntryNotFoundError,
+                                        RepositoryNotFoundError)
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+    except GatedRepoError as err:
+        raise LoadError(f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN") from err
+    except RepositoryNotFoundError as err:
+        raise LoadError(f"{repo_id} was not found on the Hub (private? set HF_TOKEN)") from err
+    except HFValidationError as err:
+        raise LoadError(f"{repo_id!r} is not a valid Hub id or local folder") from err
+    except (LocalEntryNotFoundError, OSError) as err:
+        raise LoadError(
+            f"cannot load {repo_id}: it is not in the Hugging Face cache and the Hub cannot be reached "
+            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}). Connect to the network once, "
+            f"or run `huggingface-cli download {repo_id}` where there is one and copy the cache "
+            f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}), or pass a local folder") from err
+
+
+def pick_device(device: str | None):
+    import torch
+
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as err:
+        raise LoadError(f"unknown device {device!r}: use cpu, cuda, cuda:N or auto") from err
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise LoadError(f"device {device!r} asked for, but no CUDA GPU is available")
+    return resolved
+
+
+def pick_dtype(dtype, device):
+    import torch
+
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, str):
+        names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        if dtype not in names:
+            raise LoadError(f"dtype must be one of {', '.join(names)}, got {dtype!r}")
+        return names[dtype]
+    return dtype
+
+
+def load_model(folder: Path, device, dtype, trust_remote_code: bool, device_map=None):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dtype, device_map=device_map or None, trust_remote_code=trust_remote_code)
+    except ValueError as err:
+        if "Unrecognized configuration class" in str(err):
+            raise LoadError(f"{folder} holds a {config.model_type!r} model, which is not a causal language "
+                            f"model (AutoModelForCausalLM cannot load it)") from err
+        raise
+    if not device_map:
+        model.to(device)
+    return model.eval()
+
+
+def check_vocabularies(target_tokenizer, draft_tokenizer, target_name: str, draft_name: str) -> None:
+    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        raise LoadError(
+            f"draft {draft_name} and target {target_name} have different vocabularies "
+            f"({len(draft_tokenizer)} vs {len(target_tokenizer)} tokens): speculative decoding needs "
+            f"a draft that shares the target's tokenizer")
+
+
+def load_engine(target: str | None = None, draft: str | None = None, device: str | None = None, *,
+                dtype=None, device_map: str | None = None, trust_remote_code: bool = False,
+                chat: bool | None = None):
+    """Load a pair once. target=None: the preset named by $OUROBOROS_PRESET, else the embedded `demo` pair.
+
+    target may be a preset name (then draft stays None), a local folder or a Hub id; device_map="auto"
+    spreads the target over the GPUs with accelerate.
+    """
+    from transformers import AutoTokenizer
+
+    from .engine import Engine
+
+    known = presets()
+    if target is None:
+        target = os.environ.get(PRESET_ENV, "demo")
+    name = target
+    if target in known:
+        if draft is not None:
+            raise LoadError(f"{target!r} is a preset, which names its own draft; pass a folder or Hub id instead")
+        preset = known[target]
+        target, draft = preset.target, preset.draft
+        chat = preset.chat if chat is None else chat
+    elif draft is None:
+        raise LoadError(f"target {target!r} is not a preset ({', '.join(known)}), so a draft is needed too")
+    resolved_device = pick_device(None if device == "auto" else device)
+    resolved_dtype = pick_dtype(dtype, resolved_device)
+    target_folder, draft_folder = resolve_folder(target), resolve_folder(draft)
+    tokenizer = AutoTokenizer.from_pretrained(target_folder, trust_remote_code=trust_remote_code)
+    draft_tokenizer = AutoTokenizer.from_pretrained(draft_folder, trust_remote_code=trust_remote_code)
+    check_vocabularies(tokenizer, draft_tokenizer, target, draft)
+    target_model = load_model(target_folder, resolved_device, resolved_dtype, trust_remote_code, device_map)
+    draft_model = load_model(draft_folder, resolved_device, resolved_dtype, trust_remote_code)
+    return Engine(target_model, draft_model, tokenizer, name=name, chat=bool(chat))

@@ -1,0 +1,246 @@
+"""Train the embedded demo pair: a deep target and a shallow, wide draft that share one tokenizer.
+
+    python -m ouroboros_core.train_pair                 # the full run (background job, ~2 h on 2 cores)
+    python -m ouroboros_core.train_pair --smoke --out /tmp/pair   # a few steps on a small corpus
+
+The corpus is the Python standard library's own source (PSF licence), which every machine with Python
+has. Both models train in the same loop on the same batches; the draft also learns from the target's
+(detached) next-token distribution, which raises draft/target agreement at no extra target cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sysconfig
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+EOS = "<|endoftext|>"
+# Folders that hold data rather than code written by people (tables, generated text, sample trees).
+SKIP_PARTS = {"site-packages", "__pycache__", "encodings", "pydoc_data", "lib2to3", "idlelib", "turtledemo", "data"}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    layers: int  # depth drives latency on this CPU
+    width: int  # hidden size
+    heads: int
+    ffn: int  # MLP inner size
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 0
+    vocab_size: int = 4096
+    seq_len: int = 256
+    batch_size: int = 20
+    steps: int = 900
+    lr: float = 2.5e-3
+    warmup: int = 50
+    distill_weight: float = 0.5  # draft loss = (1-w) * data CE + w * KL(target || draft)
+    target: ModelShape = ModelShape(layers=14, width=192, heads=3, ffn=512)
+    draft: ModelShape = ModelShape(layers=1, width=320, heads=5, ffn=1280)
+    max_corpus_chars: int | None = None  # the smoke mode trains on a slice
+
+
+def stdlib_files() -> list[Path]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for path in sorted(root.rglob("*.py")):
+        if SKIP_PARTS.intersection(path.relative_to(root).parts):
+            continue
+        files.append(path)
+    return files
+
+
+def clean_source(text: str) -> str | None:
+    """Keep code written by people: drop files that are mostly long data lines or oversized."""
+    lines = text.splitlines()
+    if not lines or len(text) > 300_000:
+        return None
+    long_lines = sum(len(line) > 120 for line in lines)
+    if long_lines > 0.02 * len(lines):
+        return None
+    return "\n".join(line.rstrip() for line in lines).replace("\t", "    ") + "\n"
+
+
+def load_corpus(max_chars: int | None = None) -> list[str]:
+    docs = []
+    total = 0
+    for path in stdlib_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        cleaned = clean_source(text)
+        if cleaned is None:
+            continue
+        docs.append(cleaned)
+        total += len(cleaned)
+        if max_chars is not None and total >= max_chars:
+            break
+    return docs
+
+
+def heldout_files() -> list[Path]:
+    """Python that is not in the corpus: the source of an installed PyPI package (pip, present everywhere)."""
+    import pip
+
+    root = Path(pip.__file__).parent / "_internal"
+    return sorted(root.rglob("*.py"))
+
+
+def train_tokenizer(docs: list[str], vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(docs, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=None)
+
+
+def build_model(shape: ModelShape, vocab_size: int, eos_id: int, seq_len: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=shape.width,
+        intermediate_size=shape.ffn,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.heads,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        pad_token_id=eos_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(cfg: TrainConfig, out: Path, log=print) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    started = time.perf_counter()
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    docs = load_corpus(cfg.max_corpus_chars)
+    log(f"corpus: {len(docs)} files, {sum(map(len, docs)):,} chars")
+    tokenizer = train_tokenizer(docs, cfg.vocab_size)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS)
+    ids = []
+    for doc in docs:
+        ids.extend(tokenizer(doc)["input_ids"])
+        ids.append(eos_id)
+    data = torch.tensor(ids, dtype=torch.long)
+    chars_per_token = sum(map(len, docs)) / len(ids)
+    log(f"tokens: {len(ids):,} ({chars_per_token:.2f} chars/token)")
+
+    target = build_model(cfg.target, len(tokenizer), eos_id, cfg.seq_len)
+    draft = build_model(cfg.draft, len(tokenizer), eos_id, cfg.seq_len)
+    opts = [
+        torch.optim.AdamW(m.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
+        for m in (target, draft)
+    ]
+    gen = torch.Generator().manual_seed(cfg.seed)
+    history = []
+    for step in range(cfg.steps):
+        starts = torch.randint(0, len(data) - cfg.seq_len - 1, (cfg.batch_size,), generator=gen)
+        batch = torch.stack([data[s : s + cfg.seq_len + 1] for s in starts.tolist()])
+        inputs, labels = batch[:, :-1], batch[:, 1:]
+        lr = lr_at(step, cfg)
+        for opt in opts:
+            for group in opt.param_groups:
+                group["lr"] = lr
+
+        target_logits = target(input_ids=inputs).logits  # (B, T, V)
+        target_loss = F.cross_entropy(target_logits.flatten(0, 1), labels.flatten())
+        target_loss.backward()
+
+        draft_logits = draft(input_ids=inputs).logits
+        draft_ce = F.cross_entropy(draft_logits.flatten(0, 1), labels.flatten())
+        teacher = F.log_softmax(target_logits.detach().flatten(0, 1), dim=-1)
+        student = F.log_softmax(draft_logits.flatten(0, 1), dim=-1)
+        distill = F.kl_div(student, teacher, log_target=True, reduction="batchmean")
+        draft_loss = (1 - cfg.distill_weight) * draft_ce + cfg.distill_weight * distill
+        draft_loss.backward()
+
+        for model, opt in zip((target, draft), opts):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if step % 25 == 0 or step == cfg.steps - 1:
+            elapsed = time.perf_counter() - started
+            row = {"step": step, "target_ce": target_loss.item(), "draft_ce": draft_ce.item(),
+                   "lr": lr, "elapsed_s": round(elapsed, 1)}
+            history.append(row)
+            log(json.dumps(row))
+
+    wall = time.perf_counter() - started
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in (("target", target), ("draft", draft)):
+        folder = out / name
+        model.generation_config.eos_token_id = eos_id
+        model.generation_config.pad_token_id = eos_id
+        model.generation_config.bos_token_id = eos_id
+        model.to(torch.bfloat16).save_pretrained(folder)  # 16-bit on disk keeps the pair small
+        tokenizer.save_pretrained(folder)
+    summary = {
+        "config": asdict(cfg),
+        "corpus_files": len(docs),
+        "corpus_chars": sum(map(len, docs)),
+        "corpus_tokens": len(ids),
+        "wall_s": round(wall, 1),
+        "history": history,
+    }
+    (out / "training.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets" / "models")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus (CI)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = TrainConfig(seed=args.seed)
+    if args.smoke:
+        cfg = TrainConfig(seed=args.seed, vocab_size=512, seq_len=64, batch_size=4, steps=4, warmup=2,
+                          max_corpus_chars=200_000,
+                          target=ModelShape(2, 64, 2, 128), draft=ModelShape(1, 64, 2, 128))
+    if args.steps is not None:
+        cfg = TrainConfig(**{**asdict(cfg), "steps": args.steps,
+                             "target": ModelShape(**asdict(cfg.target)), "draft": ModelShape(**asdict(cfg.draft))})
+    train(cfg, args.out)
+
+
+if __name__ == "__main__":
+    main()

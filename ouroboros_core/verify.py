@@ -1,0 +1,117 @@
+"""Tree verification: inputs, positions and mask for trunk + branches, the target's tokens, and acceptance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .cache import cache_length
+
+
+@dataclass(frozen=True)
+class Verdict:
+    trunk_accepted: int  # leading trunk tokens that equal the target's tokens
+    branch: int | None  # index of the branch walked after a fully accepted trunk, if any matched
+    branch_accepted: int  # leading tokens of that branch that the target kept
+    next_token: int  # the target's own token after the accepted ones (its argmax or its sample)
+
+
+def tree_layout(pending: int, trunk: int, branch_lengths: list[int], past: int, dtype, device,
+                offsets: list[int] | None = None):
+    """Positions and additive mask for [pending | trunk | branch_0 | branch_1 ...] after `past` cached tokens.
+
+    Pending and trunk tokens form one causal run; every branch continues the trunk's positions (shifted
+    by its offset: the draft's lookahead columns start one position further each) and sees the cache,
+    the pending tokens, the whole trunk and its own earlier tokens, never another branch.
+    Returns position_ids (1, n) and mask (1, 1, n, past + n), 0.0 where attending, the dtype's min elsewhere.
+    """
+    run = pending + trunk
+    n = run + sum(branch_lengths)
+    positions = torch.empty(n, dtype=torch.long)
+    positions[:run] = torch.arange(past, past + run)
+    allowed = torch.zeros(n, past + n, dtype=torch.bool)
+    allowed[:, :past] = True
+    allowed[:run, past : past + run] = torch.ones(run, run, dtype=torch.bool).tril()
+    start = run
+    for b, length in enumerate(branch_lengths):
+        first = past + run + (offsets[b] if offsets else 0)
+        positions[start : start + length] = torch.arange(first, first + length)
+        allowed[start : start + length, past : past + run] = True
+        allowed[start : start + length, past + start : past + start + length] = torch.ones(
+            length, length, dtype=torch.bool).tril()
+        start += length
+    # Additive float, not boolean: eager attention silently mishandles a boolean 4D mask.
+    mask = torch.zeros(n, past + n, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return positions.unsqueeze(0).to(device), mask[None, None].to(device)
+
+
+def target_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator) -> list[int]:
+    """The target's token at each position (n, V): argmax when greedy, else one sample per position."""
+    if temperature == 0.0:
+        return logits.argmax(dim=-1).tolist()
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    draws = torch.multinomial(probs.cpu(), 1, generator=generator)
+    return draws[:, 0].tolist()
+
+
+def walk_tree(trunk: list[int], branches: list[list[int]], trunk_tokens: list[int],
+              branch_tokens: list[list[int]]) -> Verdict:
+    """Greedy acceptance, and sample-and-match acceptance when the target tokens are samples.
+
+    trunk_tokens[i] is the target's token after trunk[:i] (len(trunk) + 1 of them); branch_tokens[b][j]
+    the target's token after branch b's first j + 1 tokens. A drafted token stands only if it equals the
+    target's token at its position. Branches sharing a prefix share one node of the tree, so each node's
+    token is read once (from the first live branch): with samples, reading several would bias the draw.
+    """
+    accepted = 0
+    while accepted < len(trunk) and trunk[accepted] == trunk_tokens[accepted]:
+        accepted += 1
+    token = trunk_tokens[accepted]
+    if accepted < len(trunk):
+        return Verdict(accepted, None, 0, token)
+    live = list(range(len(branches)))
+    best, depth = None, 0
+    while True:
+        live = [b for b in live if depth < len(branches[b]) and branches[b][depth] == token]
+        if not live:
+            break
+        best = live[0]
+        token = branch_tokens[best][depth]
+        depth += 1
+    return Verdict(accepted, best, depth, token)
+
+
+def input_device(model) -> torch.device:
+    return model.get_input_embeddings().weight.device
+
+
+@torch.no_grad()
+def forward_tree(model, cache, pending: list[int], trunk: list[int], branches: list[list[int]],
+                 offsets: list[int] | None = None) -> torch.Tensor:
+    """Run `model` on pending + trunk + branches in one forward, growing `cache` by all of them.
+
+    Returns the logits from the last pending token on: (1 + len(trunk) + total branch length, vocab).
+    """
+    assert pending, "at least one token must be fed to get a next-token distribution"
+    past = cache_length(cache)
+    device = input_device(model)
+    tokens = pending + trunk + [t for branch in branches for t in branch]
+    input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
+    keep = len(tokens) - len(pending) + 1
+    if branches:
+        positions, mask = tree_layout(len(pending), len(trunk), [len(b) for b in branches], past,
+                                      model.dtype, device, offsets)
+    else:
+        # A plain causal run: let the model build its own mask, as its own generate() does.
+        positions, mask = torch.arange(past, past + len(tokens), device=device)[None], None
+    out = model(input_ids=input_ids, position_ids=positions, attention_mask=mask, past_key_values=cache,
+                use_cache=True, logits_to_keep=keep)
+    return out.logits[0, -keep:]
