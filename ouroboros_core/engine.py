@@ -164,9 +164,11 @@ class Engine:
         new_ids: list[int] = []
         pieces = TextPieces(tokenizer)
         drafted_total = accepted_total = forwards = 0
-        draft_s = verify_s = 0.0
+        draft_s = verify_s = compute_s = 0.0  # compute_s: whole steps, loop overhead included
         stop_reason = None
+        started = time.perf_counter()
         drafter.start(ids)
+        compute_s = time.perf_counter() - started
         while stop_reason is None:
             if stop is not None and stop.is_set():
                 stop_reason = "cancelled"
@@ -241,7 +243,7 @@ class Engine:
             accepted_total += len(accepted)
             draft_s += drafted_at - started
             verify_s += verified_at - drafted_at
-            yield StepEvent(
+            event = StepEvent(
                 index=forwards - 1,
                 drafted=tuple(path),
                 branches=tuple(tuple(Token(t, self.token_text(t), s) for t in b)
@@ -251,14 +253,16 @@ class Engine:
                 target_token=target_token,
                 draft_ms=(drafted_at - started) * 1e3,
                 verify_ms=(verified_at - drafted_at) * 1e3,
-                elapsed_s=draft_s + verify_s,
+                elapsed_s=compute_s + (time.perf_counter() - started),
             )
+            compute_s = event.elapsed_s
+            yield event
         stats = Stats(
             new_tokens=len(new_ids),
             target_forwards=forwards,
             drafted_tokens=drafted_total,
             accepted_tokens=accepted_total,
-            seconds=draft_s + verify_s,
+            seconds=compute_s,
             draft_seconds=draft_s,
             verify_seconds=verify_s,
         )

@@ -1,0 +1,130 @@
+"""The command line: `python -m ouroboros_core generate ...` and `python -m ouroboros_core bench ...`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import METHODS, ConfigError
+from .events import DoneEvent, Source, StepEvent
+from .models import LoadError
+
+# ANSI colours per token source; the legend printed with the stats line names them.
+COLOURS = {Source.DRAFT: "\033[32m", Source.POOL: "\033[35m", Source.PROMPT: "\033[36m", Source.TARGET: ""}
+RESET = "\033[0m"
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", help="preset name, local folder or Hub id (default: the embedded demo pair)")
+    parser.add_argument("--draft", help="local folder or Hub id of the draft (when --target is not a preset)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--device-map", choices=["auto"], help="spread the target over GPUs with accelerate")
+    parser.add_argument("--trust-remote-code", action="store_true")
+
+
+def add_method_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gamma", type=int, help="minimum draft length per target forward")
+    parser.add_argument("--window", type=int, help="Ouroboros lookahead window columns W")
+    parser.add_argument("--ngram", type=int, help="Ouroboros n-gram size N (phrases of N-1 tokens)")
+    parser.add_argument("--guess-set", type=int, help="Ouroboros phrases kept per key token G")
+    parser.add_argument("--branches", type=int, help="Ouroboros pool phrases appended as branches k")
+
+
+def method_options(args, method: str) -> dict:
+    options = {}
+    for name in ("temperature", "top_p", "seed"):
+        if getattr(args, name, None) is not None:
+            options[name] = getattr(args, name)
+    knobs = {"speculative": ["gamma"], "ouroboros": ["gamma", "window", "ngram", "guess_set", "branches"]}
+    for name in knobs.get(method, []):
+        value = getattr(args, name, None)
+        if value is not None:
+            options[name] = value
+    return options
+
+
+def engine_from_args(args):
+    from .models import load_engine
+
+    return load_engine(args.target, args.draft, args.device, dtype=args.dtype, device_map=args.device_map,
+                       trust_remote_code=args.trust_remote_code)
+
+
+def render_coloured(event: StepEvent, out) -> None:
+    for token in event.committed:
+        colour = COLOURS[token.source]
+        out.write(f"{colour}{token.text}{RESET}" if colour else token.text)
+    out.flush()
+
+
+def stats_line(done: DoneEvent) -> str:
+    s = done.stats
+    return (f"{s.new_tokens} tokens in {s.seconds:.2f} s ({s.tokens_per_second:.1f} tok/s), "
+            f"{s.target_forwards} target forwards ({s.tokens_per_forward:.2f} tokens each), "
+            f"acceptance {s.acceptance_rate:.0%}, stopped by {done.stop_reason}")
+
+
+def cmd_generate(args) -> int:
+    prompt = args.prompt if args.prompt != "-" else sys.stdin.read()
+    engine = engine_from_args(args)
+    events = engine.stream(prompt, args.method, args.max_new_tokens, **method_options(args, args.method))
+    colour = sys.stdout.isatty() and not args.no_colour
+    for event in events:
+        if args.events:
+            print(json.dumps(event.to_dict()), flush=True)
+        elif isinstance(event, StepEvent) and not args.json:
+            if colour:
+                render_coloured(event, sys.stdout)
+            else:
+                sys.stdout.write("".join(t.text for t in event.committed))
+                sys.stdout.flush()
+        elif isinstance(event, DoneEvent):
+            if args.json:
+                print(json.dumps({"token_ids": list(event.token_ids), "text": event.text,
+                                  "stop_reason": event.stop_reason, "stats": event.stats.to_dict()}))
+            elif not args.events:
+                legend = ("  [green: draft model, magenta: pool phrase, cyan: prompt lookup, plain: target]"
+                          if colour else "")
+                print(f"\n\n{stats_line(event)}{legend}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ouroboros_core",
+                                     description="Ouroboros speculative decoding on stock transformers models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="decode one prompt and print the text, JSON or events")
+    gen.add_argument("prompt", help="the prompt text, or - to read it from standard input")
+    gen.add_argument("--method", default="ouroboros", choices=METHODS)
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float)
+    gen.add_argument("--top-p", type=float)
+    gen.add_argument("--seed", type=int)
+    out = gen.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object: token_ids, text, stats")
+    out.add_argument("--events", action="store_true", help="print every event as a JSON line")
+    gen.add_argument("--no-colour", action="store_true", help="plain text even on a terminal")
+    add_model_args(gen)
+    add_method_args(gen)
+    gen.set_defaults(func=cmd_generate)
+    from .bench import add_bench_parser
+
+    add_bench_parser(sub, add_model_args, add_method_args)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, LoadError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

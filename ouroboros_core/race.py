@@ -1,0 +1,72 @@
+"""A fair race of several methods on one device: interleave their steps, always advancing the lane that
+is behind on its own clock, so each lane's clock counts only its own compute, as if it ran alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .events import DoneEvent, Stats, StepEvent, Token
+
+
+@dataclass
+class Lane:
+    method: str
+    committed: list[Token] = field(default_factory=list)
+    rejected: tuple[Token, ...] = ()  # drafted tokens rejected in the latest step, shown for that step only
+    steps: int = 0
+    clock_s: float = 0.0  # this lane's own compute so far
+    accepted: int = 0
+    drafted: int = 0
+    trace: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])  # (clock, tokens) points
+    done: DoneEvent | None = None
+
+    @property
+    def tokens(self) -> int:
+        return len(self.committed)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.clock_s if self.clock_s > 0 else 0.0
+
+    def apply(self, event: StepEvent | DoneEvent) -> None:
+        if isinstance(event, DoneEvent):
+            self.done = event
+            self.rejected = ()
+            self.clock_s = event.stats.seconds
+            return
+        self.committed.extend(event.committed)
+        self.rejected = event.rejected
+        self.steps += 1
+        self.clock_s = event.elapsed_s
+        self.accepted += len(event.accepted)
+        self.drafted += len(event.drafted)
+        self.trace.append((self.clock_s, self.tokens))
+
+    @property
+    def stats(self) -> Stats | None:
+        return self.done.stats if self.done else None
+
+
+def race(engine, prompt: str, methods: list[str], max_new_tokens: int, options: dict[str, dict] | None = None,
+         stop=None, pools: dict | None = None) -> Iterator[dict[str, Lane]]:
+    """Yield the lanes after every step of any lane. Requests are validated before the first yield."""
+    options = options or {}
+    pools = pools or {}
+    streams = {}
+    for method in methods:
+        extra = {"pool": pools[method]} if method in pools else {}
+        streams[method] = engine.stream(prompt, method, max_new_tokens, stop=stop, **extra,
+                                        **options.get(method, {}))
+    lanes = {method: Lane(method) for method in methods}
+    try:
+        while True:
+            running = [m for m in methods if lanes[m].done is None]
+            if not running:
+                break
+            behind = min(running, key=lambda m: lanes[m].clock_s)
+            lanes[behind].apply(next(streams[behind]))
+            yield lanes
+    finally:
+        for stream in streams.values():
+            stream.close()
