@@ -78,7 +78,9 @@ def get_engine():
         if _engine is None:
             from ouroboros_core import load_engine
 
-            _engine = load_engine()
+            # Settings come from the environment of the host (a Space's variables), never from the page.
+            _engine = load_engine(os.environ.get("OUROBOROS_TARGET") or os.environ.get("OUROBOROS_PRESET"),
+                                  os.environ.get("OUROBOROS_DRAFT"), os.environ.get("OUROBOROS_DEVICE"))
             _engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
         return _engine
 
@@ -263,12 +265,14 @@ def examples() -> list[list]:
 
 
 def pair_description() -> str:
-    from ouroboros_core.models import PRESET_ENV, presets
+    from ouroboros_core.models import presets
 
-    name = os.environ.get(PRESET_ENV, "demo")
+    if os.environ.get("OUROBOROS_TARGET"):
+        return f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, draft `{os.environ.get('OUROBOROS_DRAFT')}`."
+    name = os.environ.get("OUROBOROS_PRESET", "demo")
     preset = presets().get(name)
     if preset is None:
-        return f"Pair: `{html.escape(name)}`"
+        return f"Pair: `{html.escape(name)}` (unknown preset)"
     return f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: {preset.description}."
 
 

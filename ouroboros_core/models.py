@@ -9,7 +9,6 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PRESETS_FILE = Path(__file__).resolve().parent / "presets.json"
-PRESET_ENV = "OUROBOROS_PRESET"  # chooses the preset on a Spaces host
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py"]
 
 
@@ -123,7 +122,7 @@ def check_vocabularies(target_tokenizer, draft_tokenizer, target_name: str, draf
 def load_engine(target: str | None = None, draft: str | None = None, device: str | None = None, *,
                 dtype=None, device_map: str | None = None, trust_remote_code: bool = False,
                 chat: bool | None = None):
-    """Load a pair once. target=None: the preset named by $OUROBOROS_PRESET, else the embedded `demo` pair.
+    """Load a pair once. target=None: the embedded `demo` pair.
 
     target may be a preset name (then draft stays None), a local folder or a Hub id; device_map="auto"
     spreads the target over the GPUs with accelerate.
@@ -134,7 +133,7 @@ def load_engine(target: str | None = None, draft: str | None = None, device: str
 
     known = presets()
     if target is None:
-        target = os.environ.get(PRESET_ENV, "demo")
+        target = "demo"
     name = target
     if target in known:
         if draft is not None:

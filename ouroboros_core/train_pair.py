@@ -39,7 +39,7 @@ class TrainConfig:
     vocab_size: int = 4096
     seq_len: int = 256
     batch_size: int = 20
-    steps: int = 640
+    steps: int = 480
     lr: float = 2.5e-3
     warmup: int = 50
     distill_weight: float = 0.5  # draft loss = (1-w) * data CE + w * KL(target || draft)

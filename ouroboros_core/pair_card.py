@@ -1,0 +1,191 @@
+"""Measure the embedded pair and write its model card (assets/models/README.md).
+
+    python -m ouroboros_core.pair_card            # after train_pair; prints the figures as JSON too
+
+Held-out text is Python that is not in the training corpus (pip's own source, see train_pair.heldout_files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from .train_pair import EOS, heldout_files
+
+MODELS = Path(__file__).resolve().parent.parent / "assets" / "models"
+STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
+
+
+def heldout_chunks(tokenizer, max_chars: int, length: int = 256) -> list[list[int]]:
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    ids = []
+    chars = 0
+    for path in heldout_files():
+        text = path.read_text(encoding="utf-8")
+        ids += tokenizer(text)["input_ids"] + [eos]
+        chars += len(text)
+        if chars >= max_chars:
+            break
+    return [[eos] + ids[i : i + length - 1] for i in range(0, len(ids) - length, length - 1)]
+
+
+@torch.no_grad()
+def heldout_figures(target, draft, tokenizer, max_chars: int) -> dict:
+    bits = {"target": 0.0, "draft": 0.0}
+    chars = agree = positions = 0
+    for chunk in heldout_chunks(tokenizer, max_chars):
+        ids = torch.tensor([chunk])
+        labels = ids[0, 1:]
+        greedy = {}
+        for name, model in (("target", target), ("draft", draft)):
+            logits = model(input_ids=ids).logits[0, :-1].float()
+            bits[name] += torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item() / math.log(2)
+            greedy[name] = logits.argmax(-1)
+        agree += (greedy["target"] == greedy["draft"]).sum().item()
+        positions += len(labels)
+        chars += len(tokenizer.decode(chunk[1:]))
+    return {
+        "heldout_chars": chars,
+        "heldout_tokens": positions,
+        "target_bits_per_char": round(bits["target"] / chars, 4),
+        "draft_bits_per_char": round(bits["draft"] / chars, 4),
+        "agreement": round(agree / positions, 4),
+    }
+
+
+@torch.no_grad()
+def one_token_latency_ms(model, context: int = 200, repeats: int = 60) -> float:
+    from .cache import new_cache, truncate
+
+    ids = torch.randint(0, model.config.vocab_size, (1, context + 1))
+    cache = new_cache(model)
+    model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        model(input_ids=ids[:, context:], past_key_values=cache, use_cache=True)
+        times.append(time.perf_counter() - started)
+        truncate(cache, context)
+    return round(statistics.median(times[5:]) * 1e3, 3)
+
+
+def function_body(prompt: str, completion: str, hit_limit: bool) -> str:
+    """The completion up to the end of the function: a stop sequence or the first unindented line."""
+    cut = len(completion)
+    for stop in STOPS:
+        at = completion.find(stop)
+        if at != -1:
+            cut = min(cut, at)
+    lines = completion[:cut].split("\n")
+    body = []
+    for i, line in enumerate(lines):
+        if i > 0 and line and not line[0].isspace():
+            hit_limit = False
+            break
+        body.append(line)
+    else:
+        if hit_limit and cut == len(completion):
+            body = body[:-1]  # cut mid-line by the token limit
+    return "\n".join(body)
+
+
+def humaneval_parse_rate(engine, max_new_tokens: int = 128, limit: int | None = None) -> dict:
+    from .bench import humaneval_prompts
+
+    parsed = 0
+    problems = humaneval_prompts(limit)
+    samples = []
+    for item in problems:
+        result = engine.generate(item["prompt"], "ouroboros", max_new_tokens)
+        body = function_body(item["prompt"], result.text, result.stop_reason == "max_new_tokens")
+        lines = [line for line in body.split("\n") if line.strip()]
+        ok = False
+        if len(lines) >= 2:
+            try:
+                ast.parse(item["prompt"] + body)
+                ok = True
+            except SyntaxError:
+                pass
+        parsed += ok
+        if len(samples) < 3:
+            samples.append({"id": item["id"], "body": body, "parses": ok})
+    return {"humaneval_problems": len(problems), "humaneval_bodies_parsing": parsed,
+            "humaneval_parse_rate": round(parsed / len(problems), 4), "humaneval_samples": samples}
+
+
+def card(figures: dict, training: dict) -> str:
+    cfg = training["config"]
+    t, d = cfg["target"], cfg["draft"]
+    f = figures
+    return f"""# The embedded demo pair
+
+Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer, trained by
+`python -m ouroboros_core.train_pair` for this demo. They write Python. Load either folder with
+`AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained` alone.
+
+| | target | draft |
+|---|---|---|
+| layers x width (heads, MLP) | {t['layers']} x {t['width']} ({t['heads']}, {t['ffn']}) | {d['layers']} x {d['width']} ({d['heads']}, {d['ffn']}) |
+| parameters | {f['target_params']:,} | {f['draft_params']:,} |
+| one-token forward, KV cache, 200 tokens of context | {f['target_latency_ms']} ms | {f['draft_latency_ms']} ms |
+| held-out loss | {f['target_bits_per_char']} bits/char | {f['draft_bits_per_char']} bits/char |
+
+- **Corpus**: the Python standard library's own source ({training['corpus_files']} files,
+  {training['corpus_chars']:,} characters, PSF licence), without data folders (encodings, pydoc_data,
+  lib2to3, idlelib, turtledemo, test data) and without files that are mostly long lines.
+- **Tokenizer**: byte-level BPE, {cfg['vocab_size']} tokens, `<|endoftext|>` as BOS/EOS
+  ({training['corpus_tokens']:,} corpus tokens).
+- **Training**: both models in one loop on the same batches, {cfg['steps']} steps of {cfg['batch_size']} x
+  {cfg['seq_len']} tokens ({cfg['steps'] * cfg['batch_size'] * cfg['seq_len']:,} tokens), AdamW, peak
+  learning rate {cfg['lr']}, cosine decay; the draft's loss mixes cross-entropy with distillation from the
+  target ({cfg['distill_weight']}). Seed {cfg['seed']}; wall time {training['wall_s'] / 60:.0f} min on the
+  2-core CPU (with other work running beside it). Weights are stored in bfloat16.
+- **Held-out**: {f['heldout_chars']:,} characters of pip's own source (an installed PyPI package, not
+  in the corpus), in windows of 256 tokens.
+- **Draft/target agreement** (greedy next token, teacher-forced on held-out): {f['agreement']:.1%}.
+- **Latency ratio** target/draft: {f['latency_ratio']:.2f}x.
+- **HumanEval stubs**: the target's greedy completion (128 tokens) gives a function body of two or more
+  lines that `ast.parse` accepts for {f['humaneval_bodies_parsing']} of {f['humaneval_problems']} problems
+  ({f['humaneval_parse_rate']:.0%}).
+
+Measured by `python -m ouroboros_core.pair_card` on {f['machine']}.
+"""
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", type=Path, default=MODELS)
+    parser.add_argument("--heldout-chars", type=int, default=300_000)
+    parser.add_argument("--humaneval-limit", type=int, default=None)
+    parser.add_argument("--training", type=Path, help="training.json of the run (default: MODELS/training.json)")
+    args = parser.parse_args(argv)
+    from .models import load_engine
+    import platform
+
+    engine = load_engine(str(args.models / "target"), str(args.models / "draft"), "cpu")
+    target, draft, tokenizer = engine.target, engine.draft, engine.tokenizer
+    figures = {
+        "target_params": sum(p.numel() for p in target.parameters()),
+        "draft_params": sum(p.numel() for p in draft.parameters()),
+        "target_latency_ms": one_token_latency_ms(target),
+        "draft_latency_ms": one_token_latency_ms(draft),
+        "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads, float32",
+    }
+    figures["latency_ratio"] = round(figures["target_latency_ms"] / figures["draft_latency_ms"], 3)
+    figures.update(heldout_figures(target, draft, tokenizer, args.heldout_chars))
+    figures.update(humaneval_parse_rate(engine, limit=args.humaneval_limit))
+    print(json.dumps(figures, indent=1))
+    training = json.loads((args.training or args.models / "training.json").read_text())
+    (args.models / "README.md").write_text(card(figures, training))
+    (args.models / "card.json").write_text(json.dumps(figures, indent=1))
+
+
+if __name__ == "__main__":
+    main()
