@@ -48,6 +48,9 @@ class SamplingConfig:
 class SpeculativeConfig:
     gamma: int = 4  # draft tokens proposed one at a time before each target verification
 
+    def __post_init__(self):
+        _validate_ints(self)
+
 
 @dataclass(frozen=True)
 class OuroborosConfig:
@@ -59,6 +62,9 @@ class OuroborosConfig:
     draft_candidates: int = 2  # pool phrases the draft verifies inside its own forward
     pool_size: int = 50_000  # global bound on phrases held by the pool
     prompt_lookup: bool = True  # also pool the phrases of the prompt and of the text so far
+
+    def __post_init__(self):
+        _validate_ints(self)
 
 
 RANGES = {
@@ -77,9 +83,6 @@ def _validate_ints(cfg) -> None:
         if f.name in RANGES:
             check_int(f.name, getattr(cfg, f.name), *RANGES[f.name])
 
-
-SpeculativeConfig.__post_init__ = _validate_ints
-OuroborosConfig.__post_init__ = _validate_ints
 
 SAMPLING_OPTIONS = {f.name for f in fields(SamplingConfig)}
 METHOD_CONFIGS = {"vanilla": None, "speculative": SpeculativeConfig, "ouroboros": OuroborosConfig}
