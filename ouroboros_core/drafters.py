@@ -87,10 +87,11 @@ class Ouroboros(Vanilla):
     pool phrases keyed on the draft's last token, so one draft forward can advance by a whole phrase.
     """
 
-    def __init__(self, model, config: OuroborosConfig, pool: PhrasePool):
+    def __init__(self, model, config: OuroborosConfig, pool: PhrasePool, max_positions: int = 1 << 30):
         self.runner = DraftRunner(model)
         self.config = config
         self.pool = pool
+        self.max_positions = max_positions  # positions the models take: GPT-2's position table ends there
         self.levels: list[list[int]] = []  # levels[l][i]: column i's l-th guess
 
     def start(self, prompt_ids: list[int]) -> None:
@@ -127,8 +128,11 @@ class Ouroboros(Vanilla):
         cfg = self.config
         candidates = self.pool.lookup(sequence[-1], cfg.draft_candidates)
         depth = len(self.levels)
-        columns = [[level[i] for level in self.levels] for i in range(cfg.window)] if depth else []
-        phrases = [list(phrase) for phrase, _ in candidates]
+        # Column i sits i positions further on; near the end of the context, leave the window out.
+        room = self.max_positions - len(sequence)
+        fits = depth > 0 and cfg.window + depth - 1 <= room
+        columns = [[level[i] for level in self.levels] for i in range(cfg.window)] if fits else []
+        phrases = [list(phrase[:room]) for phrase, _ in candidates]
         offsets = list(range(len(columns))) + [0] * len(phrases)
         logits = self.runner.forward(sequence, columns + phrases, offsets)
         guesses = logits.argmax(dim=-1).tolist()

@@ -136,7 +136,7 @@ class Engine:
         else:
             if pool is None:
                 pool = PhrasePool(method_config.guess_set, method_config.pool_size)
-            drafter = Ouroboros(self.draft, method_config, pool)
+            drafter = Ouroboros(self.draft, method_config, pool, self.max_context)
         return self._loop(ids, max_new_tokens, sampling, drafter, stop)
 
     def generate(self, prompt: str, method: str = "ouroboros", max_new_tokens: int = 128, **options) -> Result:
