@@ -1,0 +1,88 @@
+"""The phrase pool: newest first, re-insertion, per-key and global bounds, n-gram filling."""
+
+from ouroboros_core.events import Source
+from ouroboros_core.pool import PhrasePool
+
+
+def phrases(pool, key, k=100):
+    return [phrase for phrase, _ in pool.lookup(key, k)]
+
+
+def test_lookup_is_newest_first_and_bounded_by_k():
+    pool = PhrasePool(per_key=8)
+    for phrase in [(1, 2), (3, 4), (5, 6)]:
+        pool.add(7, phrase, Source.POOL)
+    assert phrases(pool, 7) == [(5, 6), (3, 4), (1, 2)]
+    assert phrases(pool, 7, k=2) == [(5, 6), (3, 4)]
+    assert pool.lookup(7, 0) == []
+    assert pool.lookup(8, 3) == []  # unknown key
+    assert len(pool) == 3
+
+
+def test_reinsert_moves_to_front_and_keeps_first_source():
+    pool = PhrasePool(per_key=8)
+    pool.add(7, (1, 2), Source.PROMPT)
+    pool.add(7, (3, 4), Source.POOL)
+    pool.add(7, (1, 2), Source.POOL)
+    assert pool.lookup(7, 5) == [((1, 2), Source.PROMPT), ((3, 4), Source.POOL)]
+    assert len(pool) == 2  # not stored twice
+
+
+def test_per_key_bound_drops_the_oldest():
+    pool = PhrasePool(per_key=2)
+    pool.add(1, (10,), Source.POOL)
+    pool.add(1, (11,), Source.POOL)
+    pool.add(1, (10,), Source.POOL)  # refreshed: now (11,) is the oldest
+    pool.add(1, (12,), Source.POOL)
+    assert phrases(pool, 1) == [(12,), (10,)]
+    pool.add(2, (13,), Source.POOL)  # another key has its own quota
+    assert phrases(pool, 2) == [(13,)]
+    assert len(pool) == 3
+
+
+def test_global_bound_drops_the_oldest_over_all_keys():
+    pool = PhrasePool(per_key=8, max_phrases=3)
+    pool.add(1, (10,), Source.POOL)
+    pool.add(2, (20,), Source.POOL)
+    pool.add(3, (30,), Source.POOL)
+    pool.add(1, (10,), Source.POOL)  # refreshed, so key 2's phrase is now the oldest
+    pool.add(4, (40,), Source.POOL)
+    assert len(pool) == 3
+    assert phrases(pool, 2) == []
+    assert phrases(pool, 1) == [(10,)]
+    assert phrases(pool, 4) == [(40,)]
+    pool.add(5, (50,), Source.POOL)
+    assert phrases(pool, 3) == []
+    assert len(pool) == 3
+
+
+def test_empty_phrase_is_ignored():
+    pool = PhrasePool()
+    pool.add(1, (), Source.POOL)
+    assert len(pool) == 0 and pool.lookup(1, 3) == []
+
+
+def test_add_ngrams_keys_each_phrase_on_the_token_before_it():
+    pool = PhrasePool(per_key=8)
+    pool.add_ngrams([1, 2, 3, 4, 5], 3, Source.PROMPT)
+    assert pool.lookup(1, 5) == [((2, 3), Source.PROMPT)]
+    assert phrases(pool, 2) == [(3, 4)]
+    assert phrases(pool, 3) == [(4, 5)]
+    assert phrases(pool, 4) == []  # too close to the end for a full phrase
+    assert len(pool) == 3
+
+
+def test_add_ngrams_from_start_and_repeated_keys():
+    pool = PhrasePool(per_key=8)
+    pool.add_ngrams([1, 2, 1, 3, 1, 2], 2, Source.PROMPT, start=2)
+    # Only windows starting at index 2 or later: (1->3), (3->1), (1->2).
+    assert phrases(pool, 1) == [(2,), (3,)]
+    assert phrases(pool, 3) == [(1,)]
+    assert phrases(pool, 2) == []
+    assert len(pool) == 3
+
+
+def test_add_ngrams_on_short_input_adds_nothing():
+    pool = PhrasePool()
+    pool.add_ngrams([1, 2], 4, Source.PROMPT)
+    assert len(pool) == 0
