@@ -132,8 +132,6 @@ def test_configs_validate_on_construction():
 def test_new_pool_validates_its_options(engine):
     with pytest.raises(ConfigError, match="guess_set must be from 1 to 256, got 0"):
         engine.new_pool(guess_set=0)
-    with pytest.raises(TypeError):
-        engine.new_pool(colour="red")
 
 
 def test_method_that_needs_a_draft_on_an_engine_without_one(models, tokenizer):
