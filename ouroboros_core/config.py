@@ -65,6 +65,8 @@ class OuroborosConfig:
 
     def __post_init__(self):
         _validate_ints(self)
+        if not isinstance(self.prompt_lookup, bool):
+            raise ConfigError(f"prompt_lookup must be true or false, got {self.prompt_lookup!r}")
 
 
 RANGES = {

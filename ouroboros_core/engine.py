@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import fields
 from typing import Iterator
 
 import torch
@@ -98,6 +99,10 @@ class Engine:
 
     def new_pool(self, **options) -> PhrasePool:
         """A phrase pool to keep warm across one caller's requests (pass it as `pool=`)."""
+        allowed = {f.name for f in fields(OuroborosConfig)}
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ConfigError(f"unknown pool option(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
         cfg = OuroborosConfig(**options)
         return PhrasePool(cfg.guess_set, cfg.pool_size)
 
@@ -148,6 +153,13 @@ class Engine:
                 return Result(list(event.token_ids), event.text, event.stats, event.stop_reason, steps)
         raise AssertionError("stream ended without a DoneEvent")
 
+    def _stop_at_eos(self, proposal: Proposal) -> Proposal:
+        """Nothing after an end-of-sequence token can be committed, so nothing after it is verified."""
+        for i, token in enumerate(proposal.trunk):
+            if token in self.eos:
+                return Proposal(proposal.trunk[: i + 1], proposal.trunk_sources[: i + 1])
+        return proposal
+
     def _loop(self, ids, max_new_tokens, sampling, drafter, stop) -> Iterator[Event]:
         target, tokenizer = self.target, self.tokenizer
         target_device = input_device(target)
@@ -177,6 +189,7 @@ class Engine:
             started = time.perf_counter()
             # The target adds one token of its own after the drafts, so drafts get one less than what is left.
             proposal: Proposal = drafter.propose(committed, remaining - 1)
+            proposal = self._stop_at_eos(proposal)
             _sync(draft_device)
             drafted_at = time.perf_counter()
 

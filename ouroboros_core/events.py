@@ -96,7 +96,7 @@ class DoneEvent:
     token_ids: tuple[int, ...]  # new tokens only
     text: str
     stats: Stats
-    stop_reason: str  # "max_new_tokens", "eos", "cancelled" or "context"
+    stop_reason: str  # "max_new_tokens", "eos" or "cancelled"
 
     def to_dict(self) -> dict:
         return {"type": "done", "token_ids": list(self.token_ids), "text": self.text,
