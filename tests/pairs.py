@@ -15,7 +15,7 @@ def save_tiny_pair(root: Path) -> Path:
     for name, layers in (("target", 2), ("draft", 1)):
         config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
                              num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
-                             max_position_embeddings=256, initializer_range=0.4,
+                             max_position_embeddings=1024, initializer_range=0.4,
                              eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
         model = LlamaForCausalLM(config)
         model.generation_config.eos_token_id = eos
