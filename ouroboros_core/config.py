@@ -54,9 +54,10 @@ class SpeculativeConfig:
 
 @dataclass(frozen=True)
 class OuroborosConfig:
-    gamma: int = 4  # draft at least this many tokens (phrase by phrase) before the target verifies
-    window: int = 8  # W: lookahead columns refined in each draft forward
-    ngram: int = 4  # N: each column yields a phrase of N-1 tokens after a key token
+    # Defaults: the best of `python -m ouroboros_core bench --sweep` for the embedded pair on a 2-core CPU.
+    gamma: int = 1  # draft at least this many tokens (phrase by phrase) before the target verifies
+    window: int = 0  # W: lookahead columns refined in each draft forward (0: none)
+    ngram: int = 6  # N: each column yields a phrase of N-1 tokens after a key token
     guess_set: int = 8  # G: phrases kept per key token in the pool (independent of W)
     branches: int = 3  # k: pool phrases appended as branches to the target's verification
     draft_candidates: int = 2  # pool phrases the draft verifies inside its own forward
