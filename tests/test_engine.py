@@ -265,7 +265,9 @@ def test_a_branch_fully_matched_keeps_its_bonus_token(tokenizer, looping_targets
     full_matches = 0
     for prompt in (PROMPTS[1], PROMPTS[2], REPETITIVE_PROMPTS[1]):
         verdicts.clear()
-        result = run(engine, prompt, "ouroboros", 32)
+        # Pinned settings (not the defaults, which follow the embedded pair's sweep): 3-token phrases
+        # from a lookahead window and prompt lookup, several branches.
+        result = run(engine, prompt, "ouroboros", 32, gamma=4, window=8, ngram=4, branches=3)
         assert result.token_ids == reference(target, prompt, 32)
         assert len(verdicts) == len(result.events)
         for (trunk, branches, verdict), step in zip(verdicts, result.events):
