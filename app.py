@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import threading
 import time
@@ -94,7 +95,7 @@ def check_request(prompt, max_new_tokens) -> int:
         value = float(max_new_tokens)
     except (TypeError, ValueError):
         raise gr.Error(f"Max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}.") from None
-    if value != int(value) or not 1 <= value <= MAX_NEW_TOKENS:
+    if not math.isfinite(value) or value != int(value) or not 1 <= value <= MAX_NEW_TOKENS:
         raise gr.Error(f"Max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}.")
     return int(value)
 
@@ -209,8 +210,7 @@ def render(lanes: dict[str, Lane], colour: bool, with_speculative: bool):
 def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, with_speculative, colour, warm_pool,
             request: gr.Request):
     session = SESSIONS.get(request.session_hash or "anonymous")
-    stop = session["stop"]
-    stop.clear()
+    stop = session["stop"]  # cleared by arm_stop when Run was pressed; a Stop while queued stays set
     methods = ["vanilla", "ouroboros"] + (["speculative"] if with_speculative else [])
     pools = {}
     if warm_pool:
@@ -243,6 +243,12 @@ def race_api(prompt: str, max_new_tokens: int = 128) -> dict:
     return {method: {"text": lane.done.text, "token_ids": list(lane.done.token_ids),
                      "stop_reason": lane.done.stop_reason, "stats": lane.done.stats.to_dict()}
             for method, lane in lanes.items()}
+
+
+def arm_stop(request: gr.Request):
+    """Runs at once when Run is pressed, before the race waits for the device: a Stop pressed from now
+    on, even while the race still waits in the queue, ends that race."""
+    SESSIONS.get(request.session_hash or "anonymous")["stop"].clear()
 
 
 def request_stop(request: gr.Request):
@@ -328,7 +334,8 @@ with gr.Blocks(title="Ouroboros race") as demo:
 
     outputs = [vanilla_text, vanilla_stats, ouroboros_text, ouroboros_stats, speculative_text, speculative_stats,
                chart, badge, summary]
-    run_event = run.click(race_ui, [prompt, max_new, gamma, window, ngram, branches, speculative_lane, colour,
+    run_event = run.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
+                          race_ui, [prompt, max_new, gamma, window, ngram, branches, speculative_lane, colour,
                                     warm], outputs,
                           concurrency_id="device", concurrency_limit=1, api_visibility="private")
     stop_button.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")

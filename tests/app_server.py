@@ -1,0 +1,111 @@
+"""The launched demo for the end-to-end tests: `python app.py` on a free loopback port, one per session.
+
+Both the API and the browser tests use the same process (started on first use, stopped when the session
+ends), so the model pair loads and warms up once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 300  # loading and warming the pair takes ~30 s on two idle cores, minutes on two busy ones
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class AppServer:
+    _shared: AppServer | None = None
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="app-", suffix=".log", delete=False)
+        env = {**os.environ, "PORT": str(self.port), "OUROBOROS_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1",
+               "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+
+    @classmethod
+    def shared(cls) -> AppServer:
+        if cls._shared is None:
+            cls._shared = cls()
+            try:
+                cls._shared.wait_ready()
+            except BaseException:
+                cls._shared.stop()
+                raise
+        elif cls._shared.process.poll() is not None:
+            pytest.fail(f"the app died earlier (exit {cls._shared.process.returncode}):\n{cls._shared.log_text()}")
+        return cls._shared
+
+    def client(self):
+        """A gradio_client Client with timeouts for a machine busy enough to stall the server for seconds."""
+        from gradio_client import Client
+
+        return Client(self.url, verbose=False, httpx_kwargs={"timeout": 60})
+
+    def log_text(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")[-6000:]
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"app.py exited with {self.process.returncode} before serving:\n{self.log_text()}")
+            try:
+                with urllib.request.urlopen(self.url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        pytest.fail(f"app.py did not answer on {self.url} within {START_TIMEOUT_S} s:\n{self.log_text()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+class RunningApp:
+    """An app someone else started: $OUROBOROS_APP_URL (handy against a deployed demo, or while iterating)."""
+
+    client = AppServer.client
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/") + "/"
+
+
+@pytest.fixture(scope="session")
+def app_server():
+    """The running app; import this fixture into a test module to use it."""
+    if os.environ.get("OUROBOROS_APP_URL"):
+        yield RunningApp(os.environ["OUROBOROS_APP_URL"])
+        return
+    server = AppServer.shared()
+    yield server
+    # Session fixtures imported into several modules finalise once per module, all at session end.
+    if AppServer._shared is not None:
+        AppServer._shared.stop()
+        AppServer._shared = None

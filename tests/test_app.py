@@ -1,0 +1,118 @@
+"""The launched app through its public API (/race), with the real gradio_client.
+
+The embedded pair will be replaced by a trained one, so nothing here depends on the generated text; only on
+behaviour: both lanes agree token for token, limits hold, bad input gets an error that names the problem,
+and the app keeps serving afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from gradio_client.exceptions import AppError
+
+from app_server import app_server  # noqa: F401  (the fixture)
+
+CODE_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+STAT_KEYS = {"new_tokens", "target_forwards", "drafted_tokens", "accepted_tokens", "seconds", "tokens_per_second",
+             "tokens_per_forward", "acceptance_rate"}
+
+
+@pytest.fixture(scope="module")
+def client(app_server):  # noqa: F811
+    return app_server.client()
+
+
+def race(client, prompt, max_new_tokens):
+    return client.predict(prompt, max_new_tokens, api_name="/race")
+
+
+def assert_serving(client):
+    """A normal request right after the one under test succeeds."""
+    result = race(client, CODE_PROMPT, 4)
+    assert result["vanilla"]["token_ids"] == result["ouroboros"]["token_ids"]
+    assert 1 <= result["vanilla"]["stats"]["new_tokens"] <= 4
+
+
+def test_race_returns_identical_lanes_with_stats(client):
+    result = race(client, CODE_PROMPT, 24)
+
+    assert set(result) == {"vanilla", "ouroboros"}
+    for method, lane in result.items():
+        assert isinstance(lane["text"], str), method
+        assert all(isinstance(t, int) for t in lane["token_ids"]), method
+        stats = lane["stats"]
+        assert STAT_KEYS <= set(stats), f"{method} stats lack {STAT_KEYS - set(stats)}"
+        assert stats["new_tokens"] == len(lane["token_ids"]), method
+        assert 1 <= stats["new_tokens"] <= 24, method
+        assert stats["seconds"] > 0 and stats["tokens_per_second"] > 0, method
+        assert stats["target_forwards"] >= 1, method
+        assert 0.0 <= stats["acceptance_rate"] <= 1.0, method
+        assert lane["stop_reason"] in {"max_new_tokens", "eos"}, method
+    vanilla, ouroboros = result["vanilla"], result["ouroboros"]
+    assert ouroboros["token_ids"] == vanilla["token_ids"]
+    assert ouroboros["text"] == vanilla["text"]
+    # Vanilla is one forward per token and drafts nothing; Ouroboros never needs more forwards than that.
+    assert vanilla["stats"]["target_forwards"] == vanilla["stats"]["new_tokens"]
+    assert vanilla["stats"]["tokens_per_forward"] == 1.0
+    assert vanilla["stats"]["drafted_tokens"] == 0
+    assert ouroboros["stats"]["target_forwards"] <= vanilla["stats"]["target_forwards"]
+    assert ouroboros["stats"]["accepted_tokens"] <= ouroboros["stats"]["drafted_tokens"]
+
+
+def test_race_respects_one_token(client):
+    result = race(client, CODE_PROMPT, 1)
+    for lane in result.values():
+        assert len(lane["token_ids"]) == 1
+        assert lane["stats"]["new_tokens"] == 1
+
+
+@pytest.mark.parametrize("prompt, max_new_tokens, expected", [
+    ("", 16, "prompt is empty"),
+    ("   \n\t ", 16, "prompt is empty"),
+    (None, 16, "prompt is empty"),
+    ("x" * 8001, 16, "8,000"),
+    (CODE_PROMPT, 0, "max new tokens"),
+    (CODE_PROMPT, -5, "max new tokens"),
+    (CODE_PROMPT, 10**9, "max new tokens"),
+    (CODE_PROMPT, 2.5, "max new tokens"),
+    (CODE_PROMPT, "many", "max new tokens"),
+    (CODE_PROMPT, None, "max new tokens"),
+    (CODE_PROMPT, "inf", "max new tokens"),
+    (CODE_PROMPT, "nan", "max new tokens"),
+], ids=["empty", "blank", "none-prompt", "prompt-too-long", "zero", "negative", "huge", "fractional",
+        "not-a-number", "none-tokens", "infinite", "nan"])
+def test_bad_input_gets_a_clear_error(client, prompt, max_new_tokens, expected):
+    with pytest.raises(AppError) as error:
+        race(client, prompt, max_new_tokens)
+    assert expected in str(error.value).lower()
+    assert_serving(client)
+
+
+def test_prompt_longer_than_the_context_is_refused(client):
+    # Well under the character cap, but one token per CJK character overflows any small model's context.
+    prompt = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(7900))
+    with pytest.raises(AppError) as error:
+        race(client, prompt, 256)
+    message = str(error.value).lower()
+    assert "prompt" in message and "tokens" in message and "context" in message
+    assert_serving(client)
+
+
+def test_cancelled_job_leaves_the_app_serving(client):
+    job = client.submit(CODE_PROMPT, 512, api_name="/race")
+    time.sleep(0.3)
+    job.cancel()
+    started = time.perf_counter()
+    assert_serving(client)
+    # A cancelled (or finished) 512-token race on the embedded pair cannot hold the device this long.
+    assert time.perf_counter() - started < 60
+
+
+def test_html_prompt_is_just_text(client):
+    prompt = "<script>window.__pwned = 1</script><b>bold?</b>\n" + CODE_PROMPT
+    result = race(client, prompt, 8)
+    assert result["vanilla"]["token_ids"] == result["ouroboros"]["token_ids"]
+    assert result["vanilla"]["text"] == result["ouroboros"]["text"]
+    assert_serving(client)
