@@ -106,8 +106,9 @@ def test_cancelled_job_leaves_the_app_serving(client):
     job.cancel()
     started = time.perf_counter()
     assert_serving(client)
-    # A cancelled (or finished) 512-token race on the embedded pair cannot hold the device this long.
-    assert time.perf_counter() - started < 60
+    # At worst the cancelled race runs out first (a plain call is not interrupted mid-way): seconds on the
+    # embedded pair, a minute or two on starved cores. Far longer means the queue is wedged.
+    assert time.perf_counter() - started < 150
 
 
 def test_html_prompt_is_just_text(client):

@@ -5,6 +5,7 @@ Every request that leaves loopback is aborted, so the page is tested exactly as 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -25,6 +26,38 @@ CODE_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 # Generous: the suite shares two cores with a training job, and a starved page lags far behind its stream.
 RACE_TIMEOUT_MS = 180_000
 TOKEN_CLASSES = {"tok-draft", "tok-pool", "tok-prompt", "tok-target"}
+# Tees the page's queue stream into window.__queue_messages as [msg, event_id] pairs: the server's own order of
+# events, so a test can tell what the server handled while a race still waited for the device.
+RECORD_QUEUE_MESSAGES = r"""
+(() => {
+  window.__queue_messages = [];
+  const originalFetch = window.fetch.bind(window);
+  window.fetch = async (...args) => {
+    const response = await originalFetch(...args);
+    const url = String((args[0] && args[0].url) || args[0]);
+    if (url.includes("/queue/data") && response.body) {
+      const reader = response.clone().body.getReader();
+      const decoder = new TextDecoder();
+      let pending = "";
+      (async () => {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          pending += decoder.decode(value, { stream: true });
+          const lines = pending.split("\n");
+          pending = lines.pop();
+          for (const line of lines) {
+            if (!line.startsWith("data:")) continue;
+            const message = JSON.parse(line.slice(5));
+            window.__queue_messages.push([message.msg, message.event_id]);
+          }
+        }
+      })().catch(() => {});  // the page aborts the stream whenever it goes idle
+    }
+    return response;
+  };
+})();
+"""
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +75,7 @@ def context(browser):
     # One context for the module: its warm HTTP and code caches make each fresh page load far cheaper.
     context = browser.new_context(viewport={"width": 1280, "height": 1000})
     context.set_default_timeout(RACE_TIMEOUT_MS)
+    context.add_init_script(RECORD_QUEUE_MESSAGES)
     sync_api.expect.set_options(timeout=RACE_TIMEOUT_MS)
     yield context
     context.close()
@@ -69,6 +103,15 @@ def set_max_new_tokens(page, value: int) -> None:
     slider = page.locator('input[type=range][aria-label="Max new tokens"]')
     if slider.count():
         sync_api.expect(slider).to_have_value(str(value))
+
+
+def is_join(request) -> bool:
+    return "/queue/join" in request.url
+
+
+def is_race_join(request) -> bool:
+    """The race's own request: the one that carries the prompt."""
+    return is_join(request) and bool(json.loads(request.post_data or "{}").get("data"))
 
 
 def start_race(page, prompt: str, max_new_tokens: int) -> None:
@@ -117,7 +160,8 @@ def test_race_renders_coloured_identical_lanes_and_never_runs_prompt_html(page, 
             == page.locator("#lane-ouroboros").inner_text().strip())
     # The prompt stays text: nothing from it runs or renders as markup anywhere.
     assert page.evaluate("() => typeof window.__pwned") == "undefined"
-    assert page.locator("#lane-vanilla b, #lane-ouroboros b, #lane-vanilla script, #lane-ouroboros script").count() == 0
+    lanes = page.locator("#lane-vanilla, #lane-ouroboros")
+    assert lanes.locator("b, script").count() == 0
     assert page.locator("#prompt textarea").input_value().startswith(HOSTILE)
     assert page.errors == []
 
@@ -133,7 +177,7 @@ def test_stop_ends_a_long_race_and_the_page_runs_again(page):
     badge = finished_badge(page)
 
     assert "Stopped" in badge
-    assert lane_tokens(page, "vanilla") < 512 and lane_tokens(page, "ouroboros") < 512
+    assert lane_tokens(page, "vanilla") < 512  # the slower lane, still running when Stop went out
 
     start_race(page, CODE_PROMPT, 8)
     sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical")
@@ -144,39 +188,34 @@ def test_stop_while_waiting_in_the_queue_is_not_lost(page, app_server):  # noqa:
     page.locator("#prompt textarea").fill(CODE_PROMPT)
     set_max_new_tokens(page, 512)
     run, stop = (page.locator(selector).bounding_box() for selector in ("#run", "#stop"))
-    # Other callers hold the one device, so this visitor's Run waits in the queue (first in, first out). Plenty
-    # of them, as a starved page can take seconds per click; those still waiting are cancelled after.
+    # Other callers hold the one device, so this visitor's Run waits in the queue. Plenty of them, as a starved
+    # page can take seconds per click; those still waiting are cancelled once the Stop has been handled.
     client = app_server.client()
     busy = [client.submit(CODE_PROMPT, 512, api_name="/race") for _ in range(8)]
-
-    def states():
-        return [job.status().code.name for job in busy]
-
     deadline = time.monotonic() + 60
-    while not (set(states()) <= {"IN_QUEUE", "PROCESSING", "FINISHED"} and "PROCESSING" in states()):
-        if set(states()) == {"FINISHED"}:
-            pytest.skip("the busy requests all finished before this test could queue behind them")
-        assert time.monotonic() < deadline, f"the busy requests never got going: {states()}"
+    while not any(job.status().code.name == "PROCESSING" for job in busy):
+        assert time.monotonic() < deadline, "the busy requests never started"
         time.sleep(0.05)
-    for button in (run, stop):  # Stop only once Run has reached the server
-        with page.expect_request("**/queue/join*"):
+    event_ids = {}
+    # Stop only once the race itself has joined the queue (after whatever Run does first).
+    for name, button, joined in (("race", run, is_race_join), ("stop", stop, is_join)):
+        with page.expect_response(lambda response: joined(response.request)) as response:
             page.mouse.click(button["x"] + button["width"] / 2, button["y"] + button["height"] / 2)
-    # Once one more busy request has finished, the server has long dispatched the Stop (it needs no device).
-    finished = states().count("FINISHED")
-    while states().count("FINISHED") == finished and "IN_QUEUE" in states():
-        time.sleep(0.05)
-    if "IN_QUEUE" not in states():  # all of them joined before Run did, so one still waiting is ahead of it
-        pytest.skip(f"the busy requests ran out before the Stop was surely handled ({states()}): the run may "
-                    "have started already")
+        event_ids[name] = response.value.json()["event_id"]
+    page.wait_for_function("id => window.__queue_messages.some(([msg, event]) => msg === 'process_completed' "
+                           "&& event === id)", arg=event_ids["stop"])
+    messages = page.evaluate("window.__queue_messages")
     for job in busy:
         job.cancel()
+    if ["process_starts", event_ids["race"]] in messages:
+        pytest.skip("the device came free before the Stop was handled, so the race was not waiting in the queue")
 
-    # A stopped run ends at once with a badge; an ignored Stop shows as tokens streaming on into the lanes.
+    # The race starts with its stop flag set, so it ends before its first step: any token means Stop was lost.
     page.wait_for_function("""() => document.querySelector('#badge .badge')
-        || /[0-9]{3,} tokens/.test(document.querySelector('#stats-vanilla').innerText)""")
+        || /[1-9][0-9]* tokens/.test(document.querySelector('#stats-vanilla').innerText)""")
     stats = page.locator("#stats-vanilla").inner_text()
-    assert page.locator("#badge .badge").count(), f"Stop pressed while the run was queued was ignored: {stats}"
-    assert "Stopped" in finished_badge(page), f"Stop pressed while the run was queued was ignored: {stats}"
+    assert page.locator("#badge .badge").count(), f"Stop pressed while the race was queued was ignored: {stats}"
+    assert "Stopped" in finished_badge(page), f"Stop pressed while the race was queued was ignored: {stats}"
 
     start_race(page, CODE_PROMPT, 8)
     sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical")
