@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 import os
@@ -118,9 +119,11 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools):
     try:
         OuroborosConfig(**options)
         updates = race(engine, prompt, methods, max_new_tokens, {"ouroboros": options}, stop, pools)
+        # race() is a generator: the engine validates the request on its first step, so take it here.
+        first = next(updates)
     except ConfigError as err:
         raise gr.Error(str(err)) from None
-    return updates
+    return itertools.chain([first], updates)
 
 
 # ----------------------------------------------------------------------------------------------- rendering
