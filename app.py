@@ -117,7 +117,6 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools):
     max_new_tokens = check_request(prompt, max_new_tokens)
     engine = get_engine()
     try:
-        OuroborosConfig(**options)
         updates = race(engine, prompt, methods, max_new_tokens, {"ouroboros": options}, stop, pools)
         # race() is a generator: the engine validates the request on its first step, so take it here.
         first = next(updates)
@@ -194,7 +193,7 @@ def chart_frame(lanes: dict[str, Lane]):
     return pd.DataFrame(rows, columns=["seconds", "tokens", "lane"])
 
 
-def render(lanes: dict[str, Lane], colour: bool, with_speculative: bool):
+def render(lanes: dict[str, Lane], colour: bool):
     vanilla = lanes.get("vanilla")
     out = []
     for method in ("vanilla", "ouroboros", "speculative"):
@@ -218,7 +217,7 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, with_specula
     pools = {}
     if warm_pool:
         if session.get("pool") is None:
-            session["pool"] = get_engine_pool()
+            session["pool"] = get_engine().new_pool()
         pools["ouroboros"] = session["pool"]
     options = ouroboros_options(gamma, window, ngram, branches)
     updates = run_race(prompt, max_new_tokens, options, methods, stop, pools)
@@ -228,13 +227,9 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, with_specula
         now = time.perf_counter()
         if now - last_yield >= 0.06:
             last_yield = now
-            yield render(lanes, colour, with_speculative)
+            yield render(lanes, colour)
     if lanes is not None:
-        yield render(lanes, colour, with_speculative)
-
-
-def get_engine_pool():
-    return get_engine().new_pool()
+        yield render(lanes, colour)
 
 
 @on_gpu
