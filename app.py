@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import itertools
 import json
+import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 import gradio as gr
@@ -21,7 +25,16 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 MAX_NEW_TOKENS = int(os.environ.get("OUROBOROS_MAX_NEW_TOKENS", "512"))  # cap visitors cannot exceed
 MAX_PROMPT_CHARS = int(os.environ.get("OUROBOROS_MAX_PROMPT_CHARS", "8000"))
 QUEUE_SIZE = int(os.environ.get("OUROBOROS_QUEUE_SIZE", "16"))
+# Phrases one visitor's warm pool may hold (~0.4 kB each): with at most 256 sessions, pools stay under ~0.5 GB.
+SESSION_POOL_SIZE = int(os.environ.get("OUROBOROS_SESSION_POOL_SIZE", "4096"))
 DEFAULTS = OuroborosConfig()
+# The Ouroboros knobs a visitor may set and their bounds: the sliders' ranges, checked again on the server.
+KNOBS = {"gamma": (1, 16, "gamma (minimum draft length)"), "window": (0, 32, "window W (lookahead columns)"),
+         "ngram": (2, 8, "n-gram size N"), "branches": (0, 8, "branches k")}
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")  # C0/C1 controls, except tab, newlines, form feed
+SURROGATE = re.compile(r"[\ud800-\udfff]")
+BUSY = "Something went wrong on the server; it has been logged. Please try again."
+log = logging.getLogger("ouroboros.app")
 LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative (draft model)",
                "ouroboros": "Ouroboros"}
 TIMING_NOTE = ("Each lane's clock counts only its own compute: the lanes take turns on the one device, the "
@@ -87,34 +100,57 @@ def get_engine():
         return _engine
 
 
-def check_request(prompt, max_new_tokens) -> int:
+def check_prompt(prompt) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
         raise gr.Error("Prompt is empty: type some code or pick an example.")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise gr.Error(f"Prompt is {len(prompt):,} characters; this demo takes at most {MAX_PROMPT_CHARS:,}.")
-    try:
-        value = float(max_new_tokens)
-    except (TypeError, ValueError):
-        raise gr.Error(f"Max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}.") from None
-    if not math.isfinite(value) or value != int(value) or not 1 <= value <= MAX_NEW_TOKENS:
-        raise gr.Error(f"Max new tokens must be a whole number from 1 to {MAX_NEW_TOKENS}, got {max_new_tokens}.")
+    for pattern, what in ((SURROGATE, "is not valid Unicode: it has a lone surrogate"),
+                          (CONTROL, "has a control character")):
+        found = pattern.search(prompt)
+        if found:
+            raise gr.Error(f"Prompt {what} (U+{ord(found.group()):04X}) at character {found.start()}; "
+                           "only printable text, tabs and newlines are accepted.")
+    return prompt
+
+
+def check_whole(label: str, value, low: int, high: int) -> int:
+    """A whole number in [low, high] from the page or the API (sliders send floats like 3.0)."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and value == int(value) and low <= value <= high)
+    if not ok:
+        raise gr.Error(f"{label} must be a whole number from {low} to {high}, got {value!r}.")
     return int(value)
 
 
-def ouroboros_options(gamma, window, ngram, branches) -> dict:
+def check_request(prompt, max_new_tokens, knobs: dict | None = None) -> tuple[str, int, dict]:
+    """Everything a visitor sends, checked before the request touches the device."""
+    prompt = check_prompt(prompt)
+    max_new_tokens = check_whole("Max new tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
     options = {}
-    for name, value in (("gamma", gamma), ("window", window), ("ngram", ngram), ("branches", branches)):
-        if value is None:
-            continue
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        options[name] = value
-    return options
+    for name, value in (knobs or {}).items():
+        if value is not None:  # None: the engine's default
+            low, high, label = KNOBS[name]
+            options[name] = check_whole(label, value, low, high)
+    return prompt, max_new_tokens, options
+
+
+def shielded(handler):
+    """Visitors see our own messages (gr.Error) and never a traceback; anything else is logged here."""
+    @functools.wraps(handler)
+    def wrapper(*args, **kwargs):
+        try:
+            yield from handler(*args, **kwargs)
+        except gr.Error:
+            raise
+        except Exception:
+            log.exception("request failed")
+            raise gr.Error(BUSY) from None
+    return wrapper
 
 
 def run_race(prompt, max_new_tokens, options, methods, stop, pools):
-    """Validate, then yield lanes; errors become messages for the visitor, never tracebacks."""
-    max_new_tokens = check_request(prompt, max_new_tokens)
+    """Yield lanes of a checked request; request errors the engine finds become messages for the visitor."""
     engine = get_engine()
     try:
         updates = race(engine, prompt, methods, max_new_tokens, {"ouroboros": options}, stop, pools)
@@ -193,7 +229,8 @@ def chart_frame(lanes: dict[str, Lane]):
     return pd.DataFrame(rows, columns=["seconds", "tokens", "lane"])
 
 
-def render(lanes: dict[str, Lane], colour: bool):
+def render(lanes: dict[str, Lane], colour: bool, chart: bool = True):
+    """The outputs' new values; chart=False leaves the chart as it is (it is the costly one to redraw)."""
     vanilla = lanes.get("vanilla")
     out = []
     for method in ("vanilla", "ouroboros", "speculative"):
@@ -203,44 +240,86 @@ def render(lanes: dict[str, Lane], colour: bool):
         else:
             title = f"<h3>{LANE_TITLES[method]}</h3>" if method == "speculative" else ""
             out += [title + lane_html(lane, colour and method != "vanilla"), lane_stats(lane, vanilla)]
-    return out + [chart_frame(lanes), badge_html(lanes), summary_markdown(lanes)]
+    return out + [chart_frame(lanes) if chart else gr.skip(), badge_html(lanes), summary_markdown(lanes)]
+
+
+def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
+    if lanes:
+        log.info("race %s: %s", who[:8], ", ".join(
+            f"{m} {lane.tokens} tokens {lane.done.stop_reason if lane.done else 'unfinished'} {lane.clock_s:.2f} s"
+            for m, lane in lanes.items()))
 
 
 # ----------------------------------------------------------------------------------------------- handlers
 
+TEXT_EVERY_S = 0.06  # streamed text ~16 times a second
+CHART_EVERY_S = 0.5  # the chart ~2 times a second: a slow browser keeps up
+
+
 @on_gpu
+@shielded
 def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, with_speculative, colour, warm_pool,
             request: gr.Request):
-    session = SESSIONS.get(request.session_hash or "anonymous")
+    prompt, max_new_tokens, options = check_request(
+        prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches})
+    who = request.session_hash or "anonymous"
+    session = SESSIONS.get(who)
     stop = session["stop"]  # cleared by arm_stop when Run was pressed; a Stop while queued stays set
     methods = ["vanilla", "ouroboros"] + (["speculative"] if with_speculative else [])
     pools = {}
     if warm_pool:
         if session.get("pool") is None:
-            session["pool"] = get_engine().new_pool()
+            session["pool"] = get_engine().new_pool(pool_size=SESSION_POOL_SIZE)
         pools["ouroboros"] = session["pool"]
-    options = ouroboros_options(gamma, window, ngram, branches)
-    updates = run_race(prompt, max_new_tokens, options, methods, stop, pools)
-    last_yield = 0.0
+    last_text = last_chart = 0.0
     lanes = None
-    for lanes in updates:
-        now = time.perf_counter()
-        if now - last_yield >= 0.06:
-            last_yield = now
+    try:
+        for lanes in run_race(prompt, max_new_tokens, options, methods, stop, pools):
+            now = time.perf_counter()
+            if now - last_text >= TEXT_EVERY_S:
+                chart = now - last_chart >= CHART_EVERY_S
+                last_text, last_chart = now, now if chart else last_chart
+                yield render(lanes, colour, chart)
+        if lanes is not None:
             yield render(lanes, colour)
-    if lanes is not None:
-        yield render(lanes, colour)
+    finally:
+        log_race(who, lanes)
+
+
+API_EVERY_S = 0.25
 
 
 @on_gpu
-def race_api(prompt: str, max_new_tokens: int = 128) -> dict:
-    """Race vanilla and Ouroboros on one prompt; returns {method: {text, token_ids, stats}}."""
+@shielded
+def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, window: int | None = None,
+             ngram: int | None = None, branches: int | None = None) -> Iterator[dict]:
+    """Race vanilla and Ouroboros on one prompt. Streams {method: {text, token_ids, stop_reason, stats}}
+    (stop_reason and stats are None until a lane is done); the last message is the finished race.
+    gamma, window, ngram, branches: Ouroboros settings, None for the defaults."""
+    prompt, max_new_tokens, options = check_request(
+        prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches})
     lanes = None
-    for lanes in run_race(prompt, max_new_tokens, {}, ["vanilla", "ouroboros"], None, {}):
-        pass
-    return {method: {"text": lane.done.text, "token_ids": list(lane.done.token_ids),
-                     "stop_reason": lane.done.stop_reason, "stats": lane.done.stats.to_dict()}
-            for method, lane in lanes.items()}
+    last = 0.0
+    try:
+        for lanes in run_race(prompt, max_new_tokens, options, ["vanilla", "ouroboros"], None, {}):
+            now = time.perf_counter()
+            if now - last >= API_EVERY_S:
+                last = now
+                yield api_result(lanes)
+        yield api_result(lanes)
+    finally:  # also when the client cancels: a generator left alone stops computing at once
+        log_race("api", lanes)
+
+
+def api_result(lanes: dict[str, Lane]) -> dict:
+    out = {}
+    for method, lane in lanes.items():
+        done = lane.done
+        out[method] = {"text": done.text if done else "".join(t.text for t in lane.committed),
+                       "token_ids": list(done.token_ids) if done else [t.id for t in lane.committed],
+                       "stop_reason": done.stop_reason if done else None,
+                       "stats": done.stats.to_dict() if done else None}
+    return out
 
 
 def arm_stop(request: gr.Request):
@@ -306,10 +385,9 @@ with gr.Blocks(title="Ouroboros race") as demo:
                 clear_button = gr.Button("Clear")
     with gr.Accordion("Ouroboros parameters", open=False):
         with gr.Row():
-            gamma = gr.Slider(1, 16, value=DEFAULTS.gamma, step=1, label="gamma (minimum draft length)")
-            window = gr.Slider(0, 32, value=DEFAULTS.window, step=1, label="window W (lookahead columns)")
-            ngram = gr.Slider(2, 8, value=DEFAULTS.ngram, step=1, label="n-gram size N")
-            branches = gr.Slider(0, 8, value=DEFAULTS.branches, step=1, label="branches k")
+            gamma, window, ngram, branches = (
+                gr.Slider(low, high, value=getattr(DEFAULTS, name), step=1, label=label)
+                for name, (low, high, label) in KNOBS.items())
     gr.HTML(LEGEND)
     with gr.Row(equal_height=True):
         with gr.Column():
@@ -343,6 +421,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
     gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
 
 def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     print("Loading and warming up the model pair...", flush=True)
     try:
         engine = get_engine()
@@ -353,7 +432,7 @@ def main() -> None:
     # None lets Gradio read GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them), else localhost:7860.
     port = os.environ.get("PORT")
     demo.launch(server_name=os.environ.get("OUROBOROS_HOST"), server_port=int(port) if port else None,
-                css=(ASSETS / "style.css").read_text(), show_error=True)
+                css=(ASSETS / "style.css").read_text(), show_error=False)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,11 @@ class Engine:
             raise ConfigError(f"prompt must be text, got {type(prompt).__name__}")
         if not prompt.strip():
             raise ConfigError("prompt is empty: give at least one non-blank character")
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate, e.g. half of an emoji from a broken client
+            raise ConfigError(f"prompt is not valid Unicode text: a lone surrogate "
+                              f"(U+{ord(prompt[err.start]):04X}) at character {err.start}") from None
         if self.chat:
             text = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)

@@ -17,7 +17,7 @@ import os
 import random
 import sysconfig
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 EOS = "<|endoftext|>"
@@ -46,6 +46,8 @@ class TrainConfig:
     target: ModelShape = ModelShape(layers=14, width=192, heads=3, ffn=512)
     draft: ModelShape = ModelShape(layers=1, width=320, heads=5, ffn=1280)
     max_corpus_chars: int | None = None  # the smoke mode trains on a slice
+    init: str | None = None  # continue a finished run: its folder (tokenizer, target/, draft/, training.json)
+    models: tuple[str, ...] = ("target", "draft")  # which models train; the others are saved as they were
 
 
 def stdlib_files() -> list[Path]:
@@ -144,11 +146,17 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     import torch.nn.functional as F
 
     started = time.perf_counter()
+    previous = json.loads((Path(cfg.init) / "training.json").read_text()) if cfg.init else None
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     docs = load_corpus(cfg.max_corpus_chars)
     log(f"corpus: {len(docs)} files, {sum(map(len, docs)):,} chars")
-    tokenizer = train_tokenizer(docs, cfg.vocab_size)
+    if cfg.init:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(Path(cfg.init) / "target")
+    else:
+        tokenizer = train_tokenizer(docs, cfg.vocab_size)
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
     ids = []
     for doc in docs:
@@ -158,12 +166,21 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     chars_per_token = sum(map(len, docs)) / len(ids)
     log(f"tokens: {len(ids):,} ({chars_per_token:.2f} chars/token)")
 
-    target = build_model(cfg.target, len(tokenizer), eos_id, cfg.seq_len)
-    draft = build_model(cfg.draft, len(tokenizer), eos_id, cfg.seq_len)
-    opts = [
-        torch.optim.AdamW(m.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
-        for m in (target, draft)
-    ]
+    if cfg.init:
+        from transformers import AutoModelForCausalLM
+
+        target, draft = (AutoModelForCausalLM.from_pretrained(Path(cfg.init) / name, dtype=torch.float32)
+                         for name in ("target", "draft"))
+    else:
+        target = build_model(cfg.target, len(tokenizer), eos_id, cfg.seq_len)
+        draft = build_model(cfg.draft, len(tokenizer), eos_id, cfg.seq_len)
+    trains = {"target": "target" in cfg.models, "draft": "draft" in cfg.models}
+    target.train(trains["target"])
+    draft.train(trains["draft"])
+    opts = {
+        name: torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
+        for name, model in (("target", target), ("draft", draft)) if trains[name]
+    }
     gen = torch.Generator().manual_seed(cfg.seed)
     history = []
     for step in range(cfg.steps):
@@ -171,30 +188,35 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
         batch = torch.stack([data[s : s + cfg.seq_len + 1] for s in starts.tolist()])
         inputs, labels = batch[:, :-1], batch[:, 1:]
         lr = lr_at(step, cfg)
-        for opt in opts:
+        for opt in opts.values():
             for group in opt.param_groups:
                 group["lr"] = lr
 
-        target_logits = target(input_ids=inputs).logits  # (B, T, V)
-        target_loss = F.cross_entropy(target_logits.flatten(0, 1), labels.flatten())
-        target_loss.backward()
+        with torch.set_grad_enabled(trains["target"]):
+            target_logits = target(input_ids=inputs).logits  # (B, T, V)
+            target_loss = F.cross_entropy(target_logits.flatten(0, 1), labels.flatten())
+        if trains["target"]:
+            target_loss.backward()
 
-        draft_logits = draft(input_ids=inputs).logits
-        draft_ce = F.cross_entropy(draft_logits.flatten(0, 1), labels.flatten())
-        teacher = F.log_softmax(target_logits.detach().flatten(0, 1), dim=-1)
-        student = F.log_softmax(draft_logits.flatten(0, 1), dim=-1)
-        distill = F.kl_div(student, teacher, log_target=True, reduction="batchmean")
-        draft_loss = (1 - cfg.distill_weight) * draft_ce + cfg.distill_weight * distill
-        draft_loss.backward()
+        row = {"step": step, "target_ce": target_loss.item()}
+        if trains["draft"]:
+            draft_logits = draft(input_ids=inputs).logits
+            draft_ce = F.cross_entropy(draft_logits.flatten(0, 1), labels.flatten())
+            teacher = F.log_softmax(target_logits.detach().flatten(0, 1), dim=-1)
+            student = F.log_softmax(draft_logits.flatten(0, 1), dim=-1)
+            distill = F.kl_div(student, teacher, log_target=True, reduction="batchmean")
+            draft_loss = (1 - cfg.distill_weight) * draft_ce + cfg.distill_weight * distill
+            draft_loss.backward()
+            row["draft_ce"] = draft_ce.item()
 
-        for model, opt in zip((target, draft), opts):
+        for name, opt in opts.items():
+            model = target if name == "target" else draft
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
         if step % 25 == 0 or step == cfg.steps - 1:
             elapsed = time.perf_counter() - started
-            row = {"step": step, "target_ce": target_loss.item(), "draft_ce": draft_ce.item(),
-                   "lr": lr, "elapsed_s": round(elapsed, 1)}
+            row.update(lr=lr, elapsed_s=round(elapsed, 1))
             history.append(row)
             log(json.dumps(row))
 
@@ -215,6 +237,8 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
         "wall_s": round(wall, 1),
         "history": history,
     }
+    if previous:  # the run this one continued, so the card can give the whole story
+        summary["previous"] = previous
     (out / "training.json").write_text(json.dumps(summary, indent=1))
     return summary
 
@@ -226,6 +250,12 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus (CI)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--init", type=Path, default=None,
+                        help="continue a finished run from its folder (tokenizer and weights)")
+    parser.add_argument("--models", nargs="+", choices=("target", "draft"), default=None,
+                        help="which models train (default both); the others are saved unchanged")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up steps")
     args = parser.parse_args(argv)
     import torch
 
@@ -236,9 +266,16 @@ def main(argv=None) -> None:
         cfg = TrainConfig(seed=args.seed, vocab_size=512, seq_len=64, batch_size=4, steps=4, warmup=2,
                           max_corpus_chars=200_000,
                           target=ModelShape(2, 64, 2, 128), draft=ModelShape(1, 64, 2, 128))
-    if args.steps is not None:
-        cfg = TrainConfig(**{**asdict(cfg), "steps": args.steps,
-                             "target": ModelShape(**asdict(cfg.target)), "draft": ModelShape(**asdict(cfg.draft))})
+    overrides = {"steps": args.steps, "lr": args.lr, "warmup": args.warmup,
+                 "init": str(args.init) if args.init else None,
+                 "models": tuple(args.models) if args.models else None}
+    cfg = replace(cfg, **{key: value for key, value in overrides.items() if value is not None})
+    if args.init:
+        if not (args.init / "target" / "config.json").is_file() or not (args.init / "training.json").is_file():
+            parser.error(f"--init {args.init}: no finished run there (target/config.json or training.json missing)")
+        before = json.loads((args.init / "training.json").read_text())["config"]
+        cfg = replace(cfg, vocab_size=before["vocab_size"], seq_len=before["seq_len"],
+                      target=ModelShape(**before["target"]), draft=ModelShape(**before["draft"]))
     train(cfg, args.out)
 
 

@@ -1,8 +1,10 @@
 """Bad input fails at the boundary with a ConfigError (a ValueError) that names the setting and what is allowed."""
 
+import re
+
 import pytest
 
-from conftest import CONTEXT
+from conftest import CONTEXT, reference_ids
 from ouroboros_core import ConfigError, Engine, LoadError, OuroborosConfig, SamplingConfig, SpeculativeConfig
 from ouroboros_core.models import check_vocabularies
 from ouroboros_core.train_pair import train_tokenizer
@@ -26,6 +28,27 @@ def test_empty_or_blank_prompt(engine, prompt):
 def test_prompt_that_is_not_text(engine):
     with pytest.raises(ConfigError, match="prompt must be text, got list"):
         engine.stream([1, 2, 3], "vanilla", 8)
+
+
+@pytest.mark.parametrize("prompt,where", [("def f():\ud800\n", 8), ("\udfff", 0)])
+def test_prompt_with_a_lone_surrogate(engine, prompt, where):
+    code = f"U+{ord(prompt[where]):04X}"
+    with pytest.raises(ConfigError, match=re.escape(f"not valid Unicode text: a lone surrogate ({code}) at character {where}")):
+        engine.stream(prompt, "vanilla", 8)
+
+
+def test_a_megabyte_prompt_is_refused_for_the_context(engine):
+    with pytest.raises(ConfigError, match=r"prompt is \d+ tokens; .* context of"):
+        engine.stream("x = 1\n" * 175_000, "ouroboros", 8)
+
+
+def test_control_characters_emoji_and_cjk_are_text_the_engine_takes(engine, models, tokenizer):
+    for prompt in ("a\x00b\x1b[31m\x7f = 1\n", "def 你好(😀):\n    return '🐍'\n"):
+        expected = reference_ids(models.target("llama"), tokenizer, prompt, 12)
+        for method in ("vanilla", "ouroboros"):
+            result = engine.generate(prompt, method, 12)
+            assert list(result.token_ids) == expected, (prompt, method)
+            assert result.text == tokenizer.decode(expected), (prompt, method)
 
 
 def test_prompt_longer_than_the_context_left(engine):

@@ -1,0 +1,101 @@
+"""The app's handlers in-process: one visitor's warm phrase pool never reaches another visitor, sessions are
+bounded, and an unexpected error reaches the visitor as a short message (never a traceback)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import types
+
+import gradio as gr
+import pytest
+
+import app
+from ouroboros_core.events import Source
+
+PROMPT = 'def count_words(text):\n    """Count the words in text."""\n'
+
+
+def run(who: str, prompt: str = PROMPT, warm: bool = True, max_new_tokens: int = 48):
+    """One race from visitor `who`; returns (per-token sources of the Ouroboros lane, tokens/forward)."""
+    request = types.SimpleNamespace(session_hash=who)
+    out = None
+    for out in app.race_ui(prompt, max_new_tokens, None, None, None, None, False, True, warm, request):
+        pass
+    sources = re.findall(r'class="tok tok-(\w+)"', out[2])
+    per_forward = float(re.search(r"([\d.]+) tokens/forward", out[3]).group(1))
+    return sources, per_forward
+
+
+@pytest.fixture()
+def fresh_sessions(monkeypatch):
+    monkeypatch.setattr(app, "SESSIONS", app.Sessions())
+    return app.SESSIONS
+
+
+def test_a_warm_pool_helps_its_own_visitor_and_never_another(fresh_sessions):
+    cold = run("alice")
+    warm = run("alice")
+    # Precondition: the pool kept warm across alice's requests changes how her second race is drafted.
+    assert warm != cold, "a warm pool made no difference, so this test could not see a shared one"
+    assert len(fresh_sessions.get("alice")["pool"]) > 0
+    # Bob's first race is exactly a cold race: nothing of alice's phrases reaches his drafts.
+    assert run("bob") == cold
+    assert fresh_sessions.get("bob")["pool"] is not fresh_sessions.get("alice")["pool"]
+
+
+def test_a_visitor_who_turns_the_warm_pool_off_races_cold(fresh_sessions):
+    cold = run("carol")
+    run("carol")
+    assert run("carol", warm=False) == cold
+
+
+def test_sessions_are_bounded_and_dropping_one_stops_its_race():
+    sessions = app.Sessions(capacity=3)
+    items = {key: sessions.get(key) for key in "abcde"}
+    assert len(sessions) == 3
+    assert sessions.get("a") is not items["a"], "the least recently used visitor should have fallen out"
+    sessions.drop("e")
+    assert items["e"]["stop"].is_set()
+    assert len(sessions) == 2  # a came back in place of c; e is gone
+    sessions.drop("nobody")  # unknown visitors are fine
+
+
+def test_session_pools_are_capped():
+    pool = app.get_engine().new_pool(pool_size=app.SESSION_POOL_SIZE)
+    for key in range(app.SESSION_POOL_SIZE):
+        for shift in range(4):
+            pool.add(key, (key + shift, shift + 1), Source.POOL)
+    assert len(pool) == app.SESSION_POOL_SIZE
+
+
+def test_an_unexpected_error_becomes_a_short_message_and_is_logged(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("secret detail /srv/models/target")
+        yield  # a generator, like the real one
+
+    monkeypatch.setattr(app, "race", broken)
+    request = types.SimpleNamespace(session_hash="dave")
+    with caplog.at_level(logging.ERROR, logger="ouroboros.app"):
+        with pytest.raises(gr.Error) as caught:
+            list(app.race_ui(PROMPT, 8, None, None, None, None, False, True, False, request))
+        with pytest.raises(gr.Error) as caught_api:
+            list(app.race_api(PROMPT, 8))
+    for err in (caught.value, caught_api.value):
+        assert str(err.message) == app.BUSY
+        assert "secret" not in str(err.message) and "Traceback" not in str(err.message)
+    assert "secret detail" in caplog.text, "the server's log should keep what went wrong"
+
+
+def test_the_chart_redraws_at_most_twice_a_second(monkeypatch):
+    monkeypatch.setattr(app, "TEXT_EVERY_S", 0.0)  # every step streams text
+    request = types.SimpleNamespace(session_hash="erin")
+    stamps, redraws = [], []
+    for out in app.race_ui(PROMPT, 48, None, None, None, None, False, True, False, request):
+        stamps.append(time.perf_counter())
+        redraws.append(not isinstance(out[6], dict))  # gr.skip() is a dict; a redraw is a DataFrame
+    assert len(stamps) > sum(redraws) >= 2, "some updates should leave the chart alone"
+    assert redraws[-1], "the last update draws the finished chart"
+    times = [t for t, redraw in zip(stamps[:-1], redraws[:-1]) if redraw]
+    assert all(b - a >= app.CHART_EVERY_S * 0.9 for a, b in zip(times, times[1:])), times
