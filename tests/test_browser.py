@@ -232,3 +232,48 @@ def test_clear_empties_the_lanes(page):
         sync_api.expect(page.locator(f"#{element} .prose")).to_have_text("")
     sync_api.expect(page.locator("#prompt textarea")).to_have_value("")
     assert page.errors == []
+
+
+RACE_LINE = re.compile(r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ouroboros (\d+) tokens (\S+) [\d.]+ s")
+
+
+def test_closing_the_tab_mid_race_frees_the_device(browser, page, app_server):  # noqa: F811
+    """A visitor who closes the tab while their race runs stops it, so the next visitor does not wait for a race
+    nobody watches. Two things can end it: Gradio closing the handler when the page's queue stream drops (the
+    race's log line then says "unfinished"), or demo.unload's forget_session setting the session's stop flag
+    (then "cancelled"); whichever comes first, the race must end well short of its 512 tokens."""
+    has_log = hasattr(app_server, "log_text")
+    before = set(app_server.log_text().splitlines()) if has_log else set()
+    # The leaving visitor gets a context of their own: closing it is closing the tab, connections and all.
+    leaving_context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    try:
+        leaving_context.set_default_timeout(RACE_TIMEOUT_MS)
+        leaving = leaving_context.new_page()
+        leaving.route("**/*", lambda route: route.continue_() if route.request.url.startswith(app_server.url)
+                      else route.abort())
+        leaving.goto(app_server.url, wait_until="domcontentloaded")
+        leaving.locator("#run").wait_for()
+        start_race(leaving, CODE_PROMPT, 512)
+        # Tokens in the lane: the race is under way on the server ("attached": the first may be a bare newline).
+        leaving.locator("#lane-ouroboros .tok").first.wait_for(state="attached")
+    finally:
+        leaving_context.close()
+
+    start_race(page, CODE_PROMPT, 8)
+    sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical")
+    assert page.errors == []
+    if not has_log:
+        return
+
+    # The closed tab's race ended early: its line ("race <session>: ...") has a lane cut short.
+    def stopped_races():
+        lines = [RACE_LINE.search(line) for line in app_server.log_text().splitlines() if line not in before]
+        return [match for match in lines if match and match.group(1) != "api"
+                and {match.group(3), match.group(5)} & {"cancelled", "unfinished"}]
+
+    deadline = time.monotonic() + 30
+    while not stopped_races() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stopped = stopped_races()
+    assert stopped, f"the closed tab's race was not stopped:\n{app_server.log_text()}"
+    assert all(int(match.group(2)) < 512 for match in stopped), [match.group(0) for match in stopped]

@@ -1,0 +1,303 @@
+"""Hostile and odd input through the launched app's public API (/race), end to end.
+
+Every knob and the token budget out of range, fractional, non-finite, a string or a bool; prompts far too long,
+with control characters, with a lone surrogate (only Gradio's raw HTTP API can carry one), in emoji and CJK,
+with markup; and a client that cancels mid-race. Each refusal must name the limit it enforces, no traceback may
+reach the caller, and the app must keep serving (and stay lossless) afterwards.
+
+Like tests/test_app.py, nothing here depends on the generated text, only on behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+
+import httpx
+import pytest
+from gradio_client.exceptions import AppError
+
+from app_server import app_server  # noqa: F401  (the fixture)
+
+CODE_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+MAX_NEW_TOKENS = 512  # the app's default cap (OUROBOROS_MAX_NEW_TOKENS), which the fixture leaves alone
+# The app's KNOBS, as a visitor reads them on the sliders: (low, high, label).
+KNOBS = {"gamma": (1, 16, "gamma (minimum draft length)"), "window": (0, 32, "window W (lookahead columns)"),
+         "ngram": (2, 8, "n-gram size N"), "branches": (0, 8, "branches k")}
+KNOB_ORDER = ("gamma", "window", "ngram", "branches")
+RACE_TIMEOUT_S = 120  # two busy cores: a short race can stall for tens of seconds
+TRACEBACK_MARKS = ("Traceback", 'File "')
+
+
+@pytest.fixture(scope="module")
+def client(app_server):  # noqa: F811
+    return app_server.client()
+
+
+def race(client, prompt, max_new_tokens, **knobs):
+    return client.predict(prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER), api_name="/race")
+
+
+def assert_lossless(result, max_new_tokens):
+    assert set(result) == {"vanilla", "ouroboros"}
+    vanilla, ouroboros = result["vanilla"], result["ouroboros"]
+    assert ouroboros["token_ids"] == vanilla["token_ids"]
+    assert ouroboros["text"] == vanilla["text"]
+    for method, lane in result.items():
+        assert isinstance(lane["text"], str), method
+        lane["text"].encode("utf-8")  # a valid string: no lone surrogates
+        assert lane["stop_reason"] in {"max_new_tokens", "eos"}, method
+        assert 1 <= lane["stats"]["new_tokens"] == len(lane["token_ids"]) <= max_new_tokens, method
+        if lane["stop_reason"] == "max_new_tokens":
+            assert len(lane["token_ids"]) == max_new_tokens, method
+
+
+def assert_serving(client):
+    """A normal request right after the one under test succeeds, and both lanes agree."""
+    result = race(client, CODE_PROMPT, 4)
+    assert result["vanilla"]["token_ids"] == result["ouroboros"]["token_ids"]
+    assert 1 <= result["vanilla"]["stats"]["new_tokens"] <= 4
+
+
+def assert_names_range(message: str, label: str, low: int, high: int) -> None:
+    assert label.lower() in message.lower(), message
+    assert f"from {low} to {high}" in message, message
+
+
+def refusal(client, prompt, max_new_tokens, **knobs) -> str:
+    with pytest.raises(AppError) as error:
+        race(client, prompt, max_new_tokens, **knobs)
+    message = str(error.value)
+    for mark in TRACEBACK_MARKS:
+        assert mark not in message, message
+    return message
+
+
+def raw_race(url: str, prompt, max_new_tokens, **knobs) -> tuple[str, object, str]:
+    """/race through Gradio's raw HTTP API, for what gradio_client cannot send (NaN, infinities, lone
+    surrogates): the body is ASCII JSON with escapes, built here. Returns (last event, its data, the whole stream).
+
+    POST gradio_api/call/race {"data": [...]} -> {"event_id"}; GET gradio_api/call/race/{event_id} streams SSE
+    "event: generating|complete|error|heartbeat" / "data: <json>" pairs. The raw route wants every input.
+    """
+    data = [prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER)]
+    body = json.dumps({"data": data}, ensure_ascii=True, allow_nan=True)
+    with httpx.Client(timeout=RACE_TIMEOUT_S) as http:
+        posted = http.post(f"{url}gradio_api/call/race", content=body, headers={"Content-Type": "application/json"})
+        assert posted.status_code == 200, posted.text
+        event_id = posted.json()["event_id"]
+        stream, event, payload = [], None, None
+        with http.stream("GET", f"{url}gradio_api/call/race/{event_id}") as response:
+            assert response.status_code == 200
+            for line in response.iter_lines():
+                stream.append(line)
+                if line.startswith("event:"):
+                    event = line.split(":", 1)[1].strip()
+                elif line.startswith("data:") and event in {"complete", "error"}:
+                    payload = json.loads(line.split(":", 1)[1])
+                    break
+    return event, payload, "\n".join(stream)
+
+
+def raw_error(url: str, prompt, max_new_tokens, **knobs) -> str:
+    event, payload, stream = raw_race(url, prompt, max_new_tokens, **knobs)
+    assert event == "error", f"expected an error event, got {event}: {stream[-2000:]}"
+    for mark in TRACEBACK_MARKS:
+        assert mark not in stream, stream
+    message = payload.get("error") if isinstance(payload, dict) else payload
+    assert isinstance(message, str), f"the error carries no message: {stream[-2000:]}"
+    return message
+
+
+# ----------------------------------------------------------------------------------------------- knobs
+
+def bad_values(low: int, high: int) -> list[tuple[str, object]]:
+    return [("below", low - 1), ("negative", -5), ("above", high + 1), ("huge", 10**9), ("fractional", low + 1.5),
+            ("string", "many"), ("bool", True)]
+
+
+KNOB_CASES = [(name, value) for name, (low, high, _) in KNOBS.items() for _, value in bad_values(low, high)]
+KNOB_IDS = [f"{name}-{kind}" for name, (low, high, _) in KNOBS.items() for kind, _ in bad_values(low, high)]
+
+
+@pytest.mark.parametrize("knob, value", KNOB_CASES, ids=KNOB_IDS)
+def test_bad_knob_is_refused_by_name_and_range(client, knob, value):
+    low, high, label = KNOBS[knob]
+    message = refusal(client, CODE_PROMPT, 8, **{knob: value})
+    assert_names_range(message, label, low, high)
+    assert_serving(client)
+
+
+# Those tests/test_app.py does not cover: just past the cap, and a bool (True == 1 would pass a plain range check).
+@pytest.mark.parametrize("value", [MAX_NEW_TOKENS + 1, True], ids=["above-cap", "bool"])
+def test_bad_max_new_tokens_is_refused_by_range(client, value):
+    message = refusal(client, CODE_PROMPT, value)
+    assert_names_range(message, "Max new tokens", 1, MAX_NEW_TOKENS)
+    assert_serving(client)
+
+
+# gradio_client (httpx) refuses to encode NaN and the infinities, so these go through raw HTTP.
+NONFINITE = [("max_new_tokens", value) for value in (math.nan, math.inf, -math.inf)] + [
+    (knob, value) for knob in KNOB_ORDER for value in (math.nan, math.inf, -math.inf)]
+
+
+@pytest.mark.parametrize("name, value", NONFINITE, ids=[f"{name}-{value}" for name, value in NONFINITE])
+def test_non_finite_number_is_refused_by_name_and_range(client, app_server, name, value):  # noqa: F811
+    if name == "max_new_tokens":
+        message = raw_error(app_server.url, CODE_PROMPT, value)
+        assert_names_range(message, "Max new tokens", 1, MAX_NEW_TOKENS)
+    else:
+        low, high, label = KNOBS[name]
+        message = raw_error(app_server.url, CODE_PROMPT, 8, **{name: value})
+        assert_names_range(message, label, low, high)
+    assert_serving(client)
+
+
+@pytest.mark.parametrize("knobs", [
+    {"gamma": 16, "window": 32, "ngram": 8, "branches": 8},
+    {"gamma": 1, "window": 0, "ngram": 2, "branches": 0},
+    {"gamma": 16, "window": 32, "ngram": 2, "branches": 0},
+    {"gamma": 1, "window": 0, "ngram": 8, "branches": 8},
+    {"gamma": 2.0, "window": 4.0, "ngram": 3.0, "branches": 1.0},  # what the page's sliders send
+], ids=["all-high", "all-low", "mixed-1", "mixed-2", "whole-floats"])
+def test_boundary_knobs_are_accepted_and_lossless(client, knobs):
+    result = race(client, CODE_PROMPT, 24, **knobs)
+    assert_lossless(result, 24)
+    # Vanilla ignores the knobs: the same output as with the defaults, so Ouroboros matches that too.
+    assert result["vanilla"]["token_ids"] == race(client, CODE_PROMPT, 24)["vanilla"]["token_ids"]
+    assert_serving(client)
+
+
+# ----------------------------------------------------------------------------------------------- prompts
+
+def test_megabyte_prompt_names_the_character_cap(client):
+    message = refusal(client, "x" * 1_000_000, 8)
+    assert "8,000" in message and "1,000,000" in message, message
+    assert_serving(client)
+
+
+@pytest.mark.parametrize("control", ["\x00", "\x1b[31m", "\x7f", "\x0b", "\x85", "\x9b"],
+                         ids=["nul", "ansi-escape", "delete", "vertical-tab", "c1-next-line", "c1-csi"])
+def test_control_character_is_named_with_its_position(client, control):
+    prefix = CODE_PROMPT + "    # colour: "
+    message = refusal(client, prefix + control + "red\n", 8)
+    assert "control character" in message.lower(), message
+    assert f"U+{ord(control[0]):04X}" in message, message
+    assert f"character {len(prefix)}" in message, message
+    assert_serving(client)
+
+
+def test_tab_newlines_and_form_feed_are_accepted(client):
+    prompt = "import os\f\n\ndef walk(path):\r\n\t\"\"\"List the files under path.\"\"\"\n\t"
+    assert_lossless(race(client, prompt, 16), 16)
+    assert_serving(client)
+
+
+@pytest.mark.parametrize("surrogate", ["\ud800", "\udfff"], ids=["high", "low"])
+def test_lone_surrogate_is_refused_without_a_traceback(client, app_server, surrogate):  # noqa: F811
+    prefix = CODE_PROMPT + "    # "
+    message = raw_error(app_server.url, prefix + surrogate + "\n", 8)
+    assert "surrogate" in message.lower(), message
+    assert f"U+{ord(surrogate):04X}" in message, message
+    assert f"character {len(prefix)}" in message, message
+    assert_serving(client)
+
+
+def test_escaped_surrogate_pair_is_one_valid_character(client, app_server):  # noqa: F811
+    # "\ud83d\ude00" in JSON is the one character U+1F600, not two lone surrogates: it must be accepted.
+    event, payload, stream = raw_race(app_server.url, "# \U0001F600 smile\n" + CODE_PROMPT, 8)
+    assert event == "complete", stream[-2000:]
+    (result,) = payload
+    assert_lossless(result, 8)
+    assert_serving(client)
+
+
+MULTIBYTE_PROMPTS = {
+    "emoji": '# \U0001F40D Python \U0001F389\ndef greet(name):\n    """Say hi \U0001F44B to name \U0001F600."""\n'
+             '    return "\U0001F44B " + name + " \U0001F600\U0001F600"\n\ndef cheer():\n    return "',
+    "cjk": "# 数据处理工具\ndef 计算总和(数字列表):\n    \"\"\"返回列表中所有数字的总和。\"\"\"\n    总和 = 0\n"
+           "    for 数字 in 数字列表:\n        总和 += 数字\n    return 总和\n\ndef 平均值(数字列表):\n    \"\"\"返回",
+    "zwj-combining": "# family: \U0001F468\u200D\U0001F469\u200D\U0001F467, café, cafe\u0301, 한국어\n"
+                     "def label(person):\n"
+                     '    return "\U0001F468\u200D\U0001F469\u200D\U0001F467 " + person\n',
+}
+
+
+@pytest.mark.parametrize("prompt", MULTIBYTE_PROMPTS.values(), ids=MULTIBYTE_PROMPTS.keys())
+def test_multibyte_prompt_streams_prefixes_of_identical_lanes(client, prompt):
+    # Multi-byte characters span several byte-level BPE tokens: in the prompt (and so in the phrases Ouroboros
+    # looks up there), and in the output whenever the model emits them. A streamed text must never hold half a
+    # character (nor a replacement character) that the final text then replaces.
+    job = client.submit(prompt, 48, None, None, None, None, api_name="/race")
+    final = job.result(timeout=RACE_TIMEOUT_S)
+    assert_lossless(final, 48)
+    streamed = job.outputs()
+    assert streamed, "nothing was streamed"
+    assert streamed[-1] == final
+    for update in streamed:
+        for method, lane in update.items():
+            done = final[method]
+            assert isinstance(lane["text"], str), method
+            lane["text"].encode("utf-8")
+            assert done["text"].startswith(lane["text"]), (method, lane["text"], done["text"])
+            assert done["token_ids"][:len(lane["token_ids"])] == lane["token_ids"], method
+    assert_serving(client)
+
+
+@pytest.mark.parametrize("prompt", [
+    "<script>alert(1)</script>\ndef f():\n",
+    '"><img src=x onerror=alert(1)>\n<!-- {{7*7}} ${7*7} -->\ndef render(html):\n    return "<b>" + html + "</b>"\n',
+], ids=["script", "attribute-and-template"])
+def test_markup_in_the_prompt_is_plain_text_through_the_api(client, prompt):
+    result = race(client, prompt, 24)
+    assert_lossless(result, 24)
+    for method, lane in result.items():
+        # The API returns the model's text, not the page's rendering of it.
+        assert "<span" not in lane["text"] and '<pre class="lane-text">' not in lane["text"], method
+        assert "&lt;" not in lane["text"] and "&amp;" not in lane["text"], method
+    assert_serving(client)
+
+
+@pytest.mark.skip(reason="cannot be provoked from outside; shielded() is unit-tested elsewhere")
+def test_unexpected_server_error_reaches_the_visitor_without_a_traceback():
+    pass
+
+
+# ----------------------------------------------------------------------------------------------- cancellation
+
+RACE_LINE = re.compile(r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ouroboros (\d+) tokens (\S+) [\d.]+ s")
+
+
+def test_cancelled_api_race_stops_early_and_frees_the_device(client, app_server):  # noqa: F811
+    has_log = hasattr(app_server, "log_text")
+    before = set(app_server.log_text().splitlines()) if has_log else set()
+    job = client.submit(CODE_PROMPT, MAX_NEW_TOKENS, None, None, None, None, api_name="/race")
+    deadline = time.monotonic() + RACE_TIMEOUT_S
+    while not job.outputs():
+        assert not job.done(), f"the race ended before streaming anything: {job.status()}"
+        assert time.monotonic() < deadline, "the race never streamed"
+        time.sleep(0.02)
+    assert job.outputs()[-1]["vanilla"]["stop_reason"] is None  # still running when the cancel goes out
+    job.cancel()
+
+    started = time.monotonic()
+    result = race(client, CODE_PROMPT, 8)
+    assert result["vanilla"]["token_ids"] == result["ouroboros"]["token_ids"]
+    assert len(result["vanilla"]["token_ids"]) <= 8
+    assert time.monotonic() - started < RACE_TIMEOUT_S
+
+    if not has_log:
+        return
+    cancelled = None
+    deadline = time.monotonic() + 10
+    while cancelled is None and time.monotonic() < deadline:
+        for line in app_server.log_text().splitlines():
+            match = RACE_LINE.search(line)
+            if line not in before and match and match.group(1) == "api" and (
+                    {match.group(3), match.group(5)} & {"unfinished", "cancelled"}):
+                cancelled = match
+        time.sleep(0.2)
+    assert cancelled, f"no unfinished or cancelled 'race api:' line:\n{app_server.log_text()}"
+    assert int(cancelled.group(2)) < MAX_NEW_TOKENS, cancelled.group(0)  # vanilla, the slower lane
