@@ -30,6 +30,7 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ngram", type=int, help="Ouroboros n-gram size N (phrases of N-1 tokens)")
     parser.add_argument("--guess-set", type=int, help="Ouroboros phrases kept per key token G")
     parser.add_argument("--branches", type=int, help="Ouroboros pool phrases appended as branches k")
+    parser.add_argument("--lookup", type=int, help="Ouroboros context-lookup branch length L (0: none)")
 
 
 def method_options(args, method: str) -> dict:
@@ -37,7 +38,7 @@ def method_options(args, method: str) -> dict:
     for name in ("temperature", "top_p", "seed"):
         if getattr(args, name, None) is not None:
             options[name] = getattr(args, name)
-    knobs = {"speculative": ["gamma"], "ouroboros": ["gamma", "window", "ngram", "guess_set", "branches"]}
+    knobs = {"speculative": ["gamma"], "ouroboros": ["gamma", "window", "ngram", "guess_set", "branches", "lookup"]}
     for name in knobs.get(method, []):
         value = getattr(args, name, None)
         if value is not None:

@@ -59,10 +59,12 @@ class OuroborosConfig:
     window: int = 0  # W: lookahead columns refined in each draft forward (0: none)
     ngram: int = 6  # N: each column yields a phrase of N-1 tokens after a key token
     guess_set: int = 8  # G: phrases kept per key token in the pool (independent of W)
-    branches: int = 3  # k: pool phrases appended as branches to the target's verification
+    branches: int = 1  # k: pool phrases appended as branches to the target's verification
     draft_candidates: int = 2  # pool phrases the draft verifies inside its own forward
     pool_size: int = 50_000  # global bound on phrases held by the pool
     prompt_lookup: bool = True  # also pool the phrases of the prompt and of the text so far
+    lookup: int = 12  # L: one more branch, up to L tokens that followed an earlier match of the text's last
+    #                   two tokens in the prompt and text so far (0: none); longer than pool phrases
 
     def __post_init__(self):
         _validate_ints(self)
@@ -78,6 +80,7 @@ RANGES = {
     "branches": (0, 32),
     "draft_candidates": (0, 32),
     "pool_size": (1, 10_000_000),
+    "lookup": (0, 64),
 }
 
 

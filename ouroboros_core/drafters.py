@@ -24,6 +24,8 @@ class Proposal:
     trunk_sources: list[Source] = field(default_factory=list)
     branches: list[list[int]] = field(default_factory=list)  # each continues after the whole trunk
     branch_sources: list[Source] = field(default_factory=list)  # one per branch
+    # How many trunk tokens each branch continues after; empty: every branch follows the whole trunk.
+    branch_attach: list[int] = field(default_factory=list)
 
 
 class Vanilla:
@@ -78,6 +80,31 @@ class Speculative(Vanilla):
         return Proposal(trunk, [Source.DRAFT] * len(trunk))
 
 
+COPY_RUN = 4  # tokens accepted from a context-lookup branch that switch the drafter to copying
+
+
+def context_lookup(sequence: list[int], length: int, match: int = 2, scan: int = 4096) -> list[int]:
+    """Up to `length` tokens that followed an earlier occurrence of the sequence's last `match` tokens
+    (prompt lookup, as in Saxena 2023), searched over the last `scan` tokens; [] if none.
+
+    The latest occurrence with `length` tokens after it wins, else the one with the most: in text that
+    repeats with a short period, the latest occurrence sits just before the end and has little after it.
+    """
+    if len(sequence) <= match:
+        return []
+    tail = sequence[-match:]
+    first = tail[0]
+    best = (0, 0)  # (continuation length, start)
+    for i in range(len(sequence) - match - 1, max(0, len(sequence) - scan) - 1, -1):
+        if sequence[i] == first and sequence[i : i + match] == tail:
+            have = min(length, len(sequence) - i - match)
+            if have > best[0]:
+                best = (have, i + match)
+                if have == length:
+                    break
+    return sequence[best[1] : best[1] + best[0]]
+
+
 class Ouroboros(Vanilla):
     """The draft decodes phrase by phrase with a lookahead window and a phrase pool (Zhao et al. 2024).
 
@@ -93,6 +120,8 @@ class Ouroboros(Vanilla):
         self.pool = pool
         self.max_positions = max_positions  # positions the models take: GPT-2's position table ends there
         self.levels: list[list[int]] = []  # levels[l][i]: column i's l-th guess
+        self.looked_up = False  # the latest proposal's first branch came from context lookup
+        self.copying = False  # the text is repeating itself: let lookup lead and skip the draft forward
 
     def start(self, prompt_ids: list[int]) -> None:
         if self.config.prompt_lookup:
@@ -104,10 +133,14 @@ class Ouroboros(Vanilla):
 
     def propose(self, committed: list[int], limit: int) -> Proposal:
         cfg = self.config
+        # What followed the text's last two tokens before (prompt or text so far): cheap, and long.
+        found = []
+        if cfg.lookup and cfg.prompt_lookup and limit > 0:
+            found = context_lookup(committed, min(cfg.lookup, limit))
         sequence = list(committed)
         trunk: list[int] = []
         sources: list[Source] = []
-        want = min(cfg.gamma, limit)
+        want = 0 if self.copying else min(cfg.gamma, limit)
         while len(trunk) < want:
             new, new_sources = self._draft_step(sequence)
             trunk += new
@@ -115,13 +148,29 @@ class Ouroboros(Vanilla):
             sequence += new
         trunk, sources = trunk[:limit], sources[:limit]
         room = limit - len(trunk)
-        branches, branch_sources = [], []
+        branches, branch_sources, attach = [], [], []
+        self.looked_up = False
+        if found[: len(trunk)] == trunk:
+            if found[len(trunk) : len(trunk) + room]:  # the draft agrees so far: lookup goes on after it
+                branches.append(found[len(trunk) : len(trunk) + room])
+                attach.append(len(trunk))
+        elif found:  # the draft disagrees: lookup is the other way on, from the committed text
+            branches.append(found)
+            attach.append(0)
+        if branches:
+            branch_sources.append(Source.PROMPT)
+            self.looked_up = True
         if room > 0 and cfg.branches:
             key = trunk[-1] if trunk else committed[-1]
+            after_trunk = [b for b, a in zip(branches, attach) if a == len(trunk)]
             for phrase, source in self.pool.lookup(key, cfg.branches):
-                branches.append(list(phrase[:room]))
+                phrase = list(phrase[:room])
+                if any(b[: len(phrase)] == phrase for b in after_trunk):
+                    continue  # the lookup branch already holds it
+                branches.append(phrase)
                 branch_sources.append(source)
-        return Proposal(trunk, sources, branches, branch_sources)
+                attach.append(len(trunk))
+        return Proposal(trunk, sources, branches, branch_sources, attach)
 
     def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source]]:
         """One draft forward: the next token, or a verified pool phrase plus the token after it."""
@@ -162,6 +211,9 @@ class Ouroboros(Vanilla):
                 trunk_tokens: list[int]) -> None:
         n = self.config.ngram
         accepted = verdict.trunk_accepted
+        # A long run accepted from context lookup means the text repeats: the next step copies without
+        # asking the draft; the first step where lookup does not pay returns to drafting.
+        self.copying = self.looked_up and verdict.branch == 0 and verdict.branch_accepted >= COPY_RUN
         if accepted < len(proposal.trunk):
             # The target's tokens over a rejected tail are mostly right, if misplaced: pool them.
             key = committed[old_length + accepted - 1]

@@ -201,13 +201,14 @@ class Engine:
             past = cache_length(cache)
             pending = committed[past:]
             trunk, branches = proposal.trunk, proposal.branches
-            logits = forward_tree(target, cache, pending, trunk, branches)
+            attach = proposal.branch_attach or None
+            logits = forward_tree(target, cache, pending, trunk, branches, attach=attach)
             tokens = target_tokens(logits, sampling.temperature, sampling.top_p, generator)
             branch_tokens, start = [], len(trunk) + 1
             for branch in branches:
                 branch_tokens.append(tokens[start : start + len(branch)])
                 start += len(branch)
-            verdict = walk_tree(trunk, branches, tokens[: len(trunk) + 1], branch_tokens)
+            verdict = walk_tree(trunk, branches, tokens[: len(trunk) + 1], branch_tokens, attach)
             # The cache keeps what was committed except the newest token, which the next forward feeds.
             kept = past + len(pending) + verdict.trunk_accepted
             if verdict.branch is not None:
@@ -224,7 +225,7 @@ class Engine:
             if verdict.branch is not None:
                 source = proposal.branch_sources[verdict.branch]
                 branch = [Token(t, self.token_text(t), source) for t in branches[verdict.branch]]
-                path += branch
+                path = accepted_path + branch  # the walked path: a branch from inside the trunk replaces its tail
                 accepted_path += branch[: verdict.branch_accepted]
                 rejected = branch[verdict.branch_accepted :]
             drafted_total += len(path)

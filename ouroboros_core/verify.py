@@ -18,12 +18,13 @@ class Verdict:
 
 
 def tree_layout(pending: int, trunk: int, branch_lengths: list[int], past: int, dtype, device,
-                offsets: list[int] | None = None):
+                offsets: list[int] | None = None, attach: list[int] | None = None):
     """Positions and additive mask for [pending | trunk | branch_0 | branch_1 ...] after `past` cached tokens.
 
-    Pending and trunk tokens form one causal run; every branch continues the trunk's positions (shifted
-    by its offset: the draft's lookahead columns start one position further each) and sees the cache,
-    the pending tokens, the whole trunk and its own earlier tokens, never another branch.
+    Pending and trunk tokens form one causal run; branch b continues it after the first attach[b] trunk
+    tokens (default: the whole trunk), at the positions that follow them (shifted by its offset: the
+    draft's lookahead columns start one position further each), and sees the cache, the pending tokens,
+    those trunk tokens and its own earlier tokens, never another branch.
     Returns position_ids (1, n) and mask (1, 1, n, past + n), 0.0 where attending, the dtype's min elsewhere.
     """
     run = pending + trunk
@@ -35,9 +36,10 @@ def tree_layout(pending: int, trunk: int, branch_lengths: list[int], past: int, 
     allowed[:run, past : past + run] = torch.ones(run, run, dtype=torch.bool).tril()
     start = run
     for b, length in enumerate(branch_lengths):
-        first = past + run + (offsets[b] if offsets else 0)
+        seen = pending + (attach[b] if attach else trunk)
+        first = past + seen + (offsets[b] if offsets else 0)
         positions[start : start + length] = torch.arange(first, first + length)
-        allowed[start : start + length, past : past + run] = True
+        allowed[start : start + length, past : past + seen] = True
         allowed[start : start + length, past + start : past + start + length] = torch.ones(
             length, length, dtype=torch.bool).tril()
         start += length
@@ -63,21 +65,21 @@ def target_tokens(logits: torch.Tensor, temperature: float, top_p: float, genera
 
 
 def walk_tree(trunk: list[int], branches: list[list[int]], trunk_tokens: list[int],
-              branch_tokens: list[list[int]]) -> Verdict:
+              branch_tokens: list[list[int]], attach: list[int] | None = None) -> Verdict:
     """Greedy acceptance, and sample-and-match acceptance when the target tokens are samples.
 
     trunk_tokens[i] is the target's token after trunk[:i] (len(trunk) + 1 of them); branch_tokens[b][j]
-    the target's token after branch b's first j + 1 tokens. A drafted token stands only if it equals the
-    target's token at its position. Branches sharing a prefix share one node of the tree, so each node's
-    token is read once (from the first live branch): with samples, reading several would bias the draw.
+    the target's token after branch b's first j + 1 tokens; branch b continues after trunk[:attach[b]]
+    (default: the whole trunk). A drafted token stands only if it equals the target's token at its
+    position. Branches sharing a prefix share one node of the tree, so each node's token is read once
+    (from the first live branch): with samples, reading several would bias the draw.
     """
     accepted = 0
     while accepted < len(trunk) and trunk[accepted] == trunk_tokens[accepted]:
         accepted += 1
     token = trunk_tokens[accepted]
-    if accepted < len(trunk):
-        return Verdict(accepted, None, 0, token)
-    live = list(range(len(branches)))
+    # Only the branches that continue where the trunk's accepted run ends can go on from there.
+    live = [b for b in range(len(branches)) if (attach[b] if attach else len(trunk)) == accepted]
     best, depth = None, 0
     while True:
         live = [b for b in live if depth < len(branches[b]) and branches[b][depth] == token]
@@ -95,7 +97,7 @@ def input_device(model) -> torch.device:
 
 @torch.no_grad()
 def forward_tree(model, cache, pending: list[int], trunk: list[int], branches: list[list[int]],
-                 offsets: list[int] | None = None) -> torch.Tensor:
+                 offsets: list[int] | None = None, attach: list[int] | None = None) -> torch.Tensor:
     """Run `model` on pending + trunk + branches in one forward, growing `cache` by all of them.
 
     Returns the logits from the last pending token on: (1 + len(trunk) + total branch length, vocab).
@@ -108,7 +110,7 @@ def forward_tree(model, cache, pending: list[int], trunk: list[int], branches: l
     keep = len(tokens) - len(pending) + 1
     if branches:
         positions, mask = tree_layout(len(pending), len(trunk), [len(b) for b in branches], past,
-                                      model.dtype, device, offsets)
+                                      model.dtype, device, offsets, attach)
     else:
         # A plain causal run: let the model build its own mask, as its own generate() does.
         positions, mask = torch.arange(past, past + len(tokens), device=device)[None], None

@@ -47,8 +47,8 @@ def verdicts(monkeypatch):
     seen = []
     original = engine_module.walk_tree
 
-    def recording(trunk, branches, trunk_tokens, branch_tokens):
-        verdict = original(trunk, branches, trunk_tokens, branch_tokens)
+    def recording(trunk, branches, trunk_tokens, branch_tokens, attach=None):
+        verdict = original(trunk, branches, trunk_tokens, branch_tokens, attach)
         seen.append((list(trunk), [list(b) for b in branches], verdict))
         return verdict
 
@@ -285,8 +285,28 @@ def test_a_branch_fully_matched_keeps_its_bonus_token(tokenizer, looping_targets
     assert full_matches > 0
 
 
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_context_lookup_branch_takes_over_from_a_rejected_draft(tokenizer, models, looping_targets, reference,
+                                                                 verdicts, arch):
+    target = looping_targets[arch]
+    engine = Engine(target, models.draft(arch, "noisy"), tokenizer)  # a draft that is often wrong
+    from_root = 0
+    for prompt in (PROMPTS[1], REPETITIVE_PROMPTS[1], REPETITIVE_PROMPTS[2]):
+        verdicts.clear()
+        result = run(engine, prompt, "ouroboros", 32, lookup=8, branches=1)
+        assert result.token_ids == reference(target, prompt, 32)
+        for (trunk, branches, verdict), step in zip(verdicts, result.events):
+            if verdict.branch is not None and verdict.trunk_accepted < len(trunk):
+                from_root += 1  # the target rejected the draft's token and walked the lookup branch instead
+                branch = branches[verdict.branch]
+                assert ids(step.drafted) == trunk[: verdict.trunk_accepted] + branch
+                assert step.drafted[verdict.trunk_accepted].source == Source.PROMPT
+                assert ids(step.accepted) == (trunk[: verdict.trunk_accepted] + branch)[: len(step.accepted)]
+    assert from_root > 0, "no step walked a lookup branch past a rejected draft token"
+
+
 OUROBOROS_OPTIONS = [
-    {"window": 0}, {"branches": 0}, {"window": 0, "branches": 0, "draft_candidates": 0, "prompt_lookup": False},
+    {"window": 0}, {"lookup": 0}, {"lookup": 1}, {"lookup": 64, "branches": 0}, {"branches": 0}, {"window": 0, "branches": 0, "draft_candidates": 0, "prompt_lookup": False},
     {"ngram": 2}, {"ngram": 3}, {"ngram": 5}, {"ngram": 6}, {"gamma": 1}, {"gamma": 2}, {"gamma": 3},
     {"gamma": 8}, {"guess_set": 1}, {"draft_candidates": 0}, {"window": 1, "ngram": 2, "branches": 1},
     {"pool_size": 1}, {"window": 16, "branches": 8, "draft_candidates": 6},

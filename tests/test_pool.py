@@ -86,3 +86,17 @@ def test_add_ngrams_on_short_input_adds_nothing():
     pool = PhrasePool()
     pool.add_ngrams([1, 2], 4, Source.PROMPT)
     assert len(pool) == 0
+
+
+def test_context_lookup_prefers_the_latest_match_with_a_full_continuation():
+    from ouroboros_core.drafters import context_lookup
+
+    seq = [1, 2, 3, 4, 5, 9, 1, 2, 7, 1, 2]
+    assert context_lookup(seq, 2) == [7, 1]  # the latest earlier [1, 2] has two tokens after it
+    assert context_lookup(seq, 4) == [3, 4, 5, 9]  # only the first [1, 2] has four
+    assert context_lookup(seq, 4, scan=6) == [7, 1, 2]  # the first [1, 2] is out of the window: the longest in it
+    assert context_lookup([1, 2, 3], 4) == []
+    assert context_lookup([2, 2], 4) == []
+    # A short period: the latest match sits right at the end, an earlier one gives the full run.
+    run = [8] + [5, 6] * 6
+    assert context_lookup(run, 6) == [5, 6, 5, 6, 5, 6]

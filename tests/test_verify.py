@@ -171,3 +171,44 @@ def test_tree_forward_without_cache_and_empty_trunk(tree_models, arch):
     torch.testing.assert_close(logits[0], plain_logits(model, prefix)[-1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits[1:4], plain_logits(model, prefix + [1, 2, 3])[-3:], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits[4], plain_logits(model, prefix + [4])[-1], rtol=1e-5, atol=1e-5)
+
+
+def test_branch_attached_inside_the_trunk_takes_over_where_the_trunk_is_rejected():
+    # Trunk [5, 6]: the target keeps nothing (it says 7 first). Branch 0 hangs after the whole trunk and is
+    # dead; branch 1 starts at the root, begins with 7 and the target agrees with 7, 8, then says 4.
+    verdict = walk_tree([5, 6], [[6, 1], [7, 8, 9]], [7, 0, 0], [[0, 0], [8, 4, 0]], attach=[2, 0])
+    assert verdict == Verdict(0, 1, 2, 4)
+
+
+def test_root_branch_is_not_walked_when_the_trunk_stands():
+    verdict = walk_tree([5], [[6, 1], [5, 6]], [5, 6], [[1, 2], [6, 3]], attach=[1, 0])
+    assert verdict == Verdict(1, 0, 2, 2)
+
+
+def test_branch_attached_mid_trunk():
+    verdict = walk_tree([5, 6, 7], [[9, 9]], [5, 9, 0, 0], [[9, 3]], attach=[1])
+    assert verdict == Verdict(1, 0, 2, 3)
+
+
+def test_tree_layout_attach_points():
+    positions, mask = tree_layout(1, 2, [2, 1], past=3, dtype=torch.float32, device="cpu", attach=[0, 2])
+    assert positions.tolist() == [[3, 4, 5, 4, 5, 6]]
+    allowed = (mask[0, 0] == 0).int().tolist()
+    # Root branch: cache and the pending token only, then itself; never the trunk.
+    assert allowed[3] == [1, 1, 1, 1, 0, 0, 1, 0, 0]
+    assert allowed[4] == [1, 1, 1, 1, 0, 0, 1, 1, 0]
+    # The other branch sees the whole trunk.
+    assert allowed[5] == [1, 1, 1, 1, 1, 1, 0, 0, 1]
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_tree_logits_with_a_root_branch_equal_sequential_forwards(tree_models, arch):
+    model = tree_models[arch, "eager"]
+    prefix = [5, 9, 33, 2, 7]
+    trunk = [11, 12]
+    branches = [[21, 22, 23], [31, 32]]
+    logits = forward_tree(model, new_cache(model), prefix, trunk, branches, attach=[0, 1])
+    tol = dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[:3], plain_logits(model, prefix + trunk)[-3:], **tol)
+    torch.testing.assert_close(logits[3:6], plain_logits(model, prefix + [21, 22, 23])[-3:], **tol)
+    torch.testing.assert_close(logits[6:8], plain_logits(model, prefix + [11, 31, 32])[-2:], **tol)
