@@ -22,7 +22,7 @@ from .verify import Verdict, forward_tree, walk_tree
 class Proposal:
     trunk: list[int] = field(default_factory=list)
     trunk_sources: list[Source] = field(default_factory=list)
-    branches: list[list[int]] = field(default_factory=list)  # each continues after the whole trunk
+    branches: list[list[int]] = field(default_factory=list)  # each continues the trunk (see branch_attach)
     branch_sources: list[Source] = field(default_factory=list)  # one per branch
     # How many trunk tokens each branch continues after; empty: every branch follows the whole trunk.
     branch_attach: list[int] = field(default_factory=list)
@@ -149,17 +149,16 @@ class Ouroboros(Vanilla):
         trunk, sources = trunk[:limit], sources[:limit]
         room = limit - len(trunk)
         branches, branch_sources, attach = [], [], []
-        self.looked_up = False
-        if found[: len(trunk)] == trunk:
-            if found[len(trunk) : len(trunk) + room]:  # the draft agrees so far: lookup goes on after it
-                branches.append(found[len(trunk) : len(trunk) + room])
-                attach.append(len(trunk))
-        elif found:  # the draft disagrees: lookup is the other way on, from the committed text
-            branches.append(found)
-            attach.append(0)
-        if branches:
+        # The lookup branch hangs where it parts from the draft's trunk, so the target can walk it
+        # past a rejected draft token (found is at most `limit` long, so it fits after the shared part).
+        common = 0
+        while common < min(len(found), len(trunk)) and found[common] == trunk[common]:
+            common += 1
+        self.looked_up = len(found) > common
+        if self.looked_up:
+            branches.append(found[common:])
             branch_sources.append(Source.PROMPT)
-            self.looked_up = True
+            attach.append(common)
         if room > 0 and cfg.branches:
             key = trunk[-1] if trunk else committed[-1]
             after_trunk = [b for b, a in zip(branches, attach) if a == len(trunk)]
