@@ -120,7 +120,7 @@ def race(c, prompt: str, max_new_tokens: int) -> dict:
 def phase_alone(url, prompts, max_new_tokens, figures, deadline) -> dict[str, list[int]]:
     c = client(url)
     reference = {}
-    for prompt in prompts:
+    for number, prompt in enumerate(prompts):
         if deadline.passed():
             break
         started = time.perf_counter()
@@ -129,7 +129,7 @@ def phase_alone(url, prompts, max_new_tokens, figures, deadline) -> dict[str, li
         figures.requests += 1
         reference[prompt] = out["vanilla"]["token_ids"]
         figures.check("alone: vanilla == ouroboros", out["ouroboros"]["token_ids"] == reference[prompt],
-                      f"prompt {prompts.index(prompt)}")
+                      f"prompt {number}")
     return reference
 
 
@@ -182,7 +182,7 @@ def phase_concurrent(url, prompts, reference, clients, requests, max_new_tokens,
 
 def phase_soak(url, pid, prompt, count, max_new_tokens, figures, deadline) -> None:
     c = client(url)
-    first = last = None
+    first = None
     served = 0
     for number in range(count):
         if deadline.passed():
@@ -288,24 +288,22 @@ def main(argv=None) -> int:
     figures = Figures()
     try:
         prompts = prompts_for(args.prompts)
-        steps = [
-            ("alone", lambda: phase_alone(url, prompts, args.max_new_tokens, figures, deadline)),
-            ("concurrent", lambda: phase_concurrent(url, prompts, reference, args.clients, args.requests,
-                                                    args.max_new_tokens, figures, deadline)),
-            ("soak", lambda: phase_soak(url, pid, prompts[0], args.soak, args.max_new_tokens, figures, deadline)),
-            ("busy", lambda: phase_busy(url, args.queue_size, prompts[0], 64, figures, deadline)),
-        ]
-        reference = {}
-        for name, run in steps:
+
+        def phase(name, run):
             if deadline.passed():
                 figures.check(f"{name}: ran before --max-seconds", False, "time is up")
-                continue
-            phase_started = time.perf_counter()
+                return None
             print(f"phase {name}...", flush=True)
+            phase_started = time.perf_counter()
             result = run()
-            if name == "alone":
-                reference = result
             print(f"phase {name}: {time.perf_counter() - phase_started:.1f} s", flush=True)
+            return result
+
+        reference = phase("alone", lambda: phase_alone(url, prompts, args.max_new_tokens, figures, deadline)) or {}
+        phase("concurrent", lambda: phase_concurrent(url, prompts, reference, args.clients, args.requests,
+                                                     args.max_new_tokens, figures, deadline))
+        phase("soak", lambda: phase_soak(url, pid, prompts[0], args.soak, args.max_new_tokens, figures, deadline))
+        phase("busy", lambda: phase_busy(url, args.queue_size, prompts[0], 64, figures, deadline))
     finally:
         if process is not None:
             process.terminate()

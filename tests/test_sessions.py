@@ -83,7 +83,7 @@ def test_an_unexpected_error_becomes_a_short_message_and_is_logged(monkeypatch, 
         with pytest.raises(gr.Error) as caught_api:
             list(app.race_api(PROMPT, 8))
     for err in (caught.value, caught_api.value):
-        assert str(err.message) == app.BUSY
+        assert str(err.message) == app.UNEXPECTED
         assert "secret" not in str(err.message) and "Traceback" not in str(err.message)
     assert "secret detail" in caplog.text, "the server's log should keep what went wrong"
 
