@@ -61,19 +61,29 @@ def heldout_figures(target, draft, tokenizer, max_chars: int) -> dict:
 
 
 @torch.no_grad()
-def one_token_latency_ms(model, context: int = 200, repeats: int = 60) -> float:
+def one_token_latency_ms(models: dict, context: int = 200, rounds: int = 8, repeats: int = 15) -> dict:
+    """Median one-token forward time of each model with a KV cache of `context` tokens, in ms.
+
+    The models take turns, a few forwards each per round, so a ratio of two medians compares them on the
+    same machine state (a 2-core CPU drifts by tens of percent over a minute). The first round warms up.
+    """
     from .cache import new_cache, truncate
 
-    ids = torch.randint(0, model.config.vocab_size, (1, context + 1))
-    cache = new_cache(model)
-    model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        model(input_ids=ids[:, context:], past_key_values=cache, use_cache=True)
-        times.append(time.perf_counter() - started)
-        truncate(cache, context)
-    return round(statistics.median(times[5:]) * 1e3, 3)
+    caches, ids, times = {}, {}, {name: [] for name in models}
+    for name, model in models.items():
+        ids[name] = torch.randint(0, model.config.vocab_size, (1, context + 1))
+        caches[name] = new_cache(model)
+        model(input_ids=ids[name][:, :context], past_key_values=caches[name], use_cache=True)
+    for round_ in range(rounds):
+        for name, model in models.items():
+            for _ in range(repeats):
+                started = time.perf_counter()
+                model(input_ids=ids[name][:, context:], past_key_values=caches[name], use_cache=True)
+                elapsed = time.perf_counter() - started
+                truncate(caches[name], context)
+                if round_:
+                    times[name].append(elapsed)
+    return {name: round(statistics.median(values) * 1e3, 3) for name, values in times.items()}
 
 
 def function_body(prompt: str, completion: str, hit_limit: bool) -> str:
@@ -120,6 +130,24 @@ def humaneval_parse_rate(engine, max_new_tokens: int = 128, limit: int | None = 
             "humaneval_parse_rate": round(parsed / len(problems), 4), "humaneval_samples": samples}
 
 
+def targets(f: dict) -> str:
+    """The project's goals for the pair, each with the measured figure and whether it is met."""
+    rows = [
+        ("target/draft one-token latency", "at least 5x", f"{f['latency_ratio']:.2f}x", f["latency_ratio"] >= 5),
+        ("greedy agreement", "at least 55%", f"{f['agreement']:.1%}", f["agreement"] >= 0.55),
+        ("target held-out loss", "at most 1.4 bits/char", f"{f['target_bits_per_char']}",
+         f["target_bits_per_char"] <= 1.4),
+        ("target below draft", "by at least 0.15 bits/char",
+         f"{f['draft_bits_per_char'] - f['target_bits_per_char']:.3f}",
+         f["draft_bits_per_char"] - f["target_bits_per_char"] >= 0.15),
+        ("HumanEval bodies that parse", "at least half", f"{f['humaneval_bodies_parsing']} of {f['humaneval_problems']}",
+         2 * f["humaneval_bodies_parsing"] >= f["humaneval_problems"]),
+    ]
+    lines = ["| goal | wanted | measured | met |", "|---|---|---|---|"]
+    lines += [f"| {goal} | {wanted} | {got} | {'yes' if ok else 'no'} |" for goal, wanted, got, ok in rows]
+    return "\n".join(lines)
+
+
 def card(figures: dict, training: dict) -> str:
     cfg = training["config"]
     t, d = cfg["target"], cfg["draft"]
@@ -141,12 +169,14 @@ Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer,
   {training['corpus_chars']:,} characters, PSF licence), without data folders (encodings, pydoc_data,
   lib2to3, idlelib, turtledemo, test data) and without files that are mostly long lines.
 - **Tokenizer**: byte-level BPE, {cfg['vocab_size']} tokens, `<|endoftext|>` as BOS/EOS
-  ({training['corpus_tokens']:,} corpus tokens).
+  ({training['corpus_tokens']:,} corpus tokens). A newline is always a token of its own, never fused with
+  the next line's indentation, so a prompt that ends in a bare newline (a HumanEval stub) reads as it did
+  in training.
 - **Training**: both models in one loop on the same batches, {cfg['steps']} steps of {cfg['batch_size']} x
   {cfg['seq_len']} tokens ({cfg['steps'] * cfg['batch_size'] * cfg['seq_len']:,} tokens), AdamW, peak
   learning rate {cfg['lr']}, cosine decay; the draft's loss mixes cross-entropy with distillation from the
-  target ({cfg['distill_weight']}). Seed {cfg['seed']}; wall time {training['wall_s'] / 60:.0f} min on the
-  2-core CPU (with other work running beside it). Weights are stored in bfloat16.
+  target ({cfg['distill_weight']}); the residual output projections start depth-scaled (GPT-2). Seed
+  {cfg['seed']}; wall time {training['wall_s'] / 60:.0f} min on the 2-core CPU. Weights are stored in bfloat16.
 - **Held-out**: {f['heldout_chars']:,} characters of pip's own source (an installed PyPI package, not
   in the corpus), in windows of 256 tokens.
 - **Draft/target agreement** (greedy next token, teacher-forced on held-out): {f['agreement']:.1%}.
@@ -154,6 +184,8 @@ Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer,
 - **HumanEval stubs**: the target's greedy completion (128 tokens) gives a function body of two or more
   lines that `ast.parse` accepts for {f['humaneval_bodies_parsing']} of {f['humaneval_problems']} problems
   ({f['humaneval_parse_rate']:.0%}).
+
+{targets(f)}
 
 Measured by `python -m ouroboros_core.pair_card` on {f['machine']}.
 """
@@ -174,8 +206,7 @@ def main(argv=None) -> None:
     figures = {
         "target_params": sum(p.numel() for p in target.parameters()),
         "draft_params": sum(p.numel() for p in draft.parameters()),
-        "target_latency_ms": one_token_latency_ms(target),
-        "draft_latency_ms": one_token_latency_ms(draft),
+        **{f"{name}_latency_ms": ms for name, ms in one_token_latency_ms({"target": target, "draft": draft}).items()},
         "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads, float32",
     }
     figures["latency_ratio"] = round(figures["target_latency_ms"] / figures["draft_latency_ms"], 3)

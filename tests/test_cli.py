@@ -113,3 +113,15 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
         assert first.keys() == second.keys()
         assert all((first[k] == second[k]).all() for k in first), "same seed, different weights"
     assert json.loads((tmp_path / "a" / "target" / "generation_config.json").read_text())["eos_token_id"] == 0
+
+    # The model card measures the run it finds: figures in card.json, the goals table in README.md.
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.pair_card", "--models", str(tmp_path / "a"),
+                           "--heldout-chars", "3000", "--humaneval-limit", "2"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads((tmp_path / "a" / "card.json").read_text())
+    assert figures["humaneval_problems"] == 2 and 0 <= figures["humaneval_bodies_parsing"] <= 2
+    assert figures["target_latency_ms"] > 0 and figures["draft_latency_ms"] > 0 and figures["heldout_tokens"] > 0
+    assert figures["latency_ratio"] == round(figures["target_latency_ms"] / figures["draft_latency_ms"], 3)
+    card = (tmp_path / "a" / "README.md").read_text()
+    assert "| goal | wanted | measured | met |" in card and f"{figures['agreement']:.1%}" in card
