@@ -29,14 +29,18 @@ N = 16
 
 @pytest.fixture(scope="module")
 def reference(tokenizer):
-    """The target's own generate() output, memoised per (model, prompt, max_new_tokens, eos)."""
+    """The target's own generate() output, memoised per (model, prompt, max_new_tokens, eos).
+
+    The memo holds each model too: a model freed by its test could hand its id() to the next test's model,
+    which would then be compared with the first one's output.
+    """
     memo = {}
 
     def get(model, prompt, max_new_tokens, eos_token_id=None):
         key = (id(model), prompt, max_new_tokens, eos_token_id)
         if key not in memo:
-            memo[key] = reference_ids(model, tokenizer, prompt, max_new_tokens, eos_token_id)
-        return memo[key]
+            memo[key] = (model, reference_ids(model, tokenizer, prompt, max_new_tokens, eos_token_id))
+        return memo[key][1]
 
     return get
 
@@ -231,11 +235,13 @@ def test_eos_inside_an_accepted_phrase(make_engine, models, reference, arch):
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_real_eos_token_stops_and_is_left_out_of_the_text(tokenizer, models, reference, arch):
-    # A target that says <|endoftext|> often: its bias on the EOS logit is raised.
+    # A target that says <|endoftext|> often: its EOS logit follows the input embedding of a token it
+    # writes early on, so once that token is fed back the EOS logit is raised.
     target = build_model(arch, models.eos_id, seed=50 + ARCHITECTURES.index(arch))
+    trigger = reference_ids(target, tokenizer, PROMPTS[2], 8)[3]  # not memoised: the weights change below
     with torch.no_grad():
         target.get_output_embeddings().weight[models.eos_id] *= 0
-        target.get_output_embeddings().weight[models.eos_id] += target.get_input_embeddings().weight[5] * 3
+        target.get_output_embeddings().weight[models.eos_id] += target.get_input_embeddings().weight[trigger] * 3
     engine = Engine(target, noisy_copy(target, 0.015, seed=1), tokenizer)
     stopped = 0
     for prompt in (PROMPTS[2], REPETITIVE_PROMPTS[0], REPETITIVE_PROMPTS[1]):
