@@ -31,16 +31,16 @@ N = 16
 def reference(tokenizer):
     """The target's own generate() output, memoised per (model, prompt, max_new_tokens, eos).
 
-    The memo holds each model too: a model freed by its test could hand its id() to the next test's model,
-    which would then be compared with the first one's output.
+    Keyed by the model object (modules hash by identity), not its id(): a model freed by its test could
+    hand its id() to the next test's model, which would then be compared with the first one's output.
     """
     memo = {}
 
     def get(model, prompt, max_new_tokens, eos_token_id=None):
-        key = (id(model), prompt, max_new_tokens, eos_token_id)
+        key = (model, prompt, max_new_tokens, eos_token_id)
         if key not in memo:
-            memo[key] = (model, reference_ids(model, tokenizer, prompt, max_new_tokens, eos_token_id))
-        return memo[key][1]
+            memo[key] = reference_ids(model, tokenizer, prompt, max_new_tokens, eos_token_id)
+        return memo[key]
 
     return get
 
