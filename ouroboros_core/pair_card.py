@@ -166,8 +166,9 @@ Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer,
 | held-out loss | {f['target_bits_per_char']} bits/char | {f['draft_bits_per_char']} bits/char |
 
 - **Corpus**: the Python standard library's own source ({training['corpus_files']} files,
-  {training['corpus_chars']:,} characters, PSF licence), without data folders (encodings, pydoc_data,
-  lib2to3, idlelib, turtledemo, test data) and without files that are mostly long lines.
+  {training['corpus_chars']:,} characters, PSF licence), without its test suites (`Lib/test` and the
+  packages' `test` folders), without data folders (encodings, pydoc_data, lib2to3, idlelib, turtledemo,
+  test data) and without files that are mostly long lines.
 - **Tokenizer**: byte-level BPE, {cfg['vocab_size']} tokens, `<|endoftext|>` as BOS/EOS
   ({training['corpus_tokens']:,} corpus tokens). A newline is always a token of its own, never fused with
   the next line's indentation, so a prompt that ends in a bare newline (a HumanEval stub) reads as it did

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerF
 
 from ouroboros_core import LoadError, load_engine
 from ouroboros_core.models import check_vocabularies, pick_dtype, presets, resolve_folder
-from ouroboros_core.train_pair import load_corpus, train_tokenizer
+from ouroboros_core.train_pair import load_corpus, stdlib_files, train_tokenizer
 from pairs import save_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,6 +141,17 @@ def test_embedded_pair_loads_offline_with_plain_transformers():
     engine = load_engine()
     assert engine.name == "demo"
     assert engine.generate("def f():\n", "ouroboros", 4).stats.new_tokens >= 1
+
+
+def test_corpus_is_library_code_without_test_suites():
+    files = stdlib_files()
+    assert len(files) > 200
+    names = {path.name for path in files}
+    assert {"functools.py", "textwrap.py", "shutil.py"} <= names  # library modules stay in
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in files:
+        parts = set(path.relative_to(root).parts[:-1])
+        assert not parts & {"test", "tests", "idle_test", "encodings", "site-packages"}, path
 
 
 def test_trained_tokenizer_keeps_newlines_apart_from_indentation():
