@@ -22,7 +22,7 @@ from pathlib import Path
 
 EOS = "<|endoftext|>"
 # Folders that hold data rather than code written by people (tables, generated text, sample trees), and the
-# test suites: assert-heavy test code is about 40% of the stdlib and looks nothing like a function with a
+# test suites: 62% of the stdlib's characters, assert-heavy code that looks nothing like a function with a
 # docstring, which is what users (and HumanEval stubs) ask the pair to continue.
 SKIP_PARTS = {"site-packages", "__pycache__", "encodings", "pydoc_data", "lib2to3", "idlelib", "turtledemo", "data",
               "test", "tests", "idle_test"}

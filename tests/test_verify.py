@@ -7,10 +7,6 @@ from conftest import ARCHITECTURES, build_model
 from ouroboros_core.cache import cache_length, new_cache
 from ouroboros_core.verify import Verdict, forward_tree, tree_layout, walk_tree
 
-# float32: a tree forward multiplies other shapes than a plain one, so sums run in another order; on AVX-512
-# kernels a logit moved by 1.2e-5. A wrong mask or position moves logits by tenths, far above this.
-TOL = dict(rtol=1e-4, atol=1e-4)
-
 
 # --- walk_tree: pure cases -------------------------------------------------------------------------------
 
@@ -128,7 +124,10 @@ def test_tree_layout_without_branches_is_causal():
 
 @pytest.fixture(scope="module")
 def tree_models(eos_id):
-    return {(arch, attn): build_model(arch, eos_id, seed=7, attn=attn)
+    # float64: a tree forward multiplies other shapes than a plain one, so its sums run in another order; in
+    # float32 that alone moved a logit by 1.2e-5 on AVX-512 kernels. In float64 the order costs ~1e-15, so
+    # the 1e-5 tolerances below only ever see a wrong mask or position.
+    return {(arch, attn): build_model(arch, eos_id, seed=7, attn=attn).double()
             for arch in ARCHITECTURES for attn in ("eager", "sdpa")}
 
 
@@ -153,7 +152,7 @@ def test_tree_logits_equal_sequential_forwards(tree_models, arch, attn):
     assert cache_length(cache) == len(prefix) + len(trunk) + sum(map(len, branches))
     assert logits.shape == (1 + len(trunk) + sum(map(len, branches)), model.config.vocab_size)
 
-    tol = TOL
+    tol = dict(rtol=1e-5, atol=1e-5)
     # The last pending token and the trunk: exactly the plain logits.
     reference = plain_logits(model, prefix + trunk)[len(prefix) - 1 :]
     torch.testing.assert_close(logits[: 1 + len(trunk)], reference, **tol)
@@ -172,9 +171,9 @@ def test_tree_forward_without_cache_and_empty_trunk(tree_models, arch):
     prefix = [5, 9, 33, 2, 7]
     branches = [[1, 2, 3], [4]]
     logits = forward_tree(model, new_cache(model), prefix, [], branches)
-    torch.testing.assert_close(logits[0], plain_logits(model, prefix)[-1], **TOL)
-    torch.testing.assert_close(logits[1:4], plain_logits(model, prefix + [1, 2, 3])[-3:], **TOL)
-    torch.testing.assert_close(logits[4], plain_logits(model, prefix + [4])[-1], **TOL)
+    torch.testing.assert_close(logits[0], plain_logits(model, prefix)[-1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[1:4], plain_logits(model, prefix + [1, 2, 3])[-3:], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[4], plain_logits(model, prefix + [4])[-1], rtol=1e-5, atol=1e-5)
 
 
 def test_branch_attached_inside_the_trunk_takes_over_where_the_trunk_is_rejected():
@@ -212,7 +211,7 @@ def test_tree_logits_with_a_root_branch_equal_sequential_forwards(tree_models, a
     trunk = [11, 12]
     branches = [[21, 22, 23], [31, 32]]
     logits = forward_tree(model, new_cache(model), prefix, trunk, branches, attach=[0, 1])
-    tol = TOL
+    tol = dict(rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits[:3], plain_logits(model, prefix + trunk)[-3:], **tol)
     torch.testing.assert_close(logits[3:6], plain_logits(model, prefix + [21, 22, 23])[-3:], **tol)
     torch.testing.assert_close(logits[6:8], plain_logits(model, prefix + [11, 31, 32])[-2:], **tol)
