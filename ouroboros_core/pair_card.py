@@ -148,6 +148,47 @@ def targets(f: dict) -> str:
     return "\n".join(lines)
 
 
+def learning_curve(training: dict) -> str:
+    """The held-out checks train_pair made as it went (runs before they existed have none)."""
+    curve = training.get("heldout_curve") or []
+    if not curve:
+        return ""
+    lines = [f"## Learning curve\n\nHeld-out loss every {training['config'].get('eval_every')} steps during training, on the "
+             f"first {curve[-1]['heldout_chars']:,} characters of the held-out text, in float32 (the figures above are "
+             "measured on the saved bfloat16 weights). `training.png` draws it.\n",
+             "| step | target bits/char | draft bits/char | agreement |", "|---|---|---|---|"]
+    lines += [f"| {c['step']} | {c['target_bits_per_char']} | {c['draft_bits_per_char']} | {c['agreement']:.1%} |"
+              for c in curve]
+    return "\n".join(lines) + "\n"
+
+
+def save_curve_chart(training: dict, path: Path) -> bool:
+    curve = training.get("heldout_curve") or []
+    if not curve:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [c["step"] for c in curve]
+    fig, loss = plt.subplots(figsize=(7, 3.4), dpi=120)
+    loss.plot(steps, [c["target_bits_per_char"] for c in curve], "o-", color="#1a73e8", label="target")
+    loss.plot(steps, [c["draft_bits_per_char"] for c in curve], "o-", color="#9aa0a6", label="draft")
+    loss.axhline(1.4, color="#1a73e8", linestyle=":", linewidth=1, label="goal for the target")
+    loss.set_xlabel("training step")
+    loss.set_ylabel("held-out bits/char")
+    agreement = loss.twinx()
+    agreement.plot(steps, [100 * c["agreement"] for c in curve], "s--", color="#e37400", label="agreement")
+    agreement.set_ylabel("greedy agreement, %", color="#e37400")
+    handles = loss.get_legend_handles_labels()[0] + agreement.get_legend_handles_labels()[0]
+    loss.legend(handles=handles, fontsize=8, loc="upper center")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
 def card(figures: dict, training: dict) -> str:
     cfg = training["config"]
     t, d = cfg["target"], cfg["draft"]
@@ -188,6 +229,7 @@ Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer,
 
 {targets(f)}
 
+{learning_curve(training)}
 Measured by `python -m ouroboros_core.pair_card` on {f['machine']}.
 """
 
@@ -217,6 +259,7 @@ def main(argv=None) -> None:
     training = json.loads((args.training or args.models / "training.json").read_text())
     (args.models / "README.md").write_text(card(figures, training))
     (args.models / "card.json").write_text(json.dumps(figures, indent=1))
+    save_curve_chart(training, args.models / "training.png")
 
 
 if __name__ == "__main__":

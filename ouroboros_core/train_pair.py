@@ -1,6 +1,6 @@
 """Train the embedded demo pair: a deep target and a shallow, wide draft that share one tokenizer.
 
-    python -m ouroboros_core.train_pair                 # the full run (background job, ~1.5 h on 2 cores)
+    python -m ouroboros_core.train_pair                 # the full run (background job, about 2 h on 2 cores)
     python -m ouroboros_core.train_pair --smoke --out /tmp/pair   # a few steps on a small corpus
 
 The corpus is the Python standard library's own source (PSF licence), which every machine with Python
@@ -42,15 +42,17 @@ class TrainConfig:
     vocab_size: int = 4096
     seq_len: int = 384  # covers most HumanEval stubs plus a 128-token answer
     batch_size: int = 8  # small batches, many steps: more learning per token early in training
-    steps: int = 2600
+    steps: int = 3300
     lr: float = 2e-3
     warmup: int = 80
-    distill_weight: float = 0.6  # draft loss = (1-w) * data CE + w * KL(target || draft)
+    distill_weight: float = 0.8  # draft loss = (1-w) * data CE + w * KL(target || draft)
     target: ModelShape = ModelShape(layers=18, width=160, heads=4, ffn=512)
     draft: ModelShape = ModelShape(layers=1, width=320, heads=5, ffn=1280)
     max_corpus_chars: int | None = None  # the smoke mode trains on a slice
     init: str | None = None  # continue a finished run: its folder (tokenizer, target/, draft/, training.json)
     models: tuple[str, ...] = ("target", "draft")  # which models train; the others are saved as they were
+    eval_every: int = 200  # steps between held-out checks (a learning curve in training.json; 0 turns them off)
+    eval_chars: int = 60_000  # of pip's source, the start of the card's held-out text
 
 
 def stdlib_files() -> list[Path]:
@@ -201,6 +203,17 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     }
     gen = torch.Generator().manual_seed(cfg.seed)
     history = []
+    curve = []  # held-out figures as training goes: shows whether more steps would still help
+
+    def check_heldout(step: int) -> None:
+        from .pair_card import heldout_figures
+
+        target.eval(), draft.eval()
+        figures = heldout_figures(target, draft, tokenizer, cfg.eval_chars)
+        target.train(trains["target"]), draft.train(trains["draft"])
+        curve.append({"step": step, **figures})
+        log(json.dumps({"heldout": curve[-1]}))
+
     for step in range(cfg.steps):
         starts = torch.randint(0, len(data) - cfg.seq_len - 1, (cfg.batch_size,), generator=gen)
         batch = torch.stack([data[s : s + cfg.seq_len + 1] for s in starts.tolist()])
@@ -237,6 +250,8 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
             row.update(lr=lr, elapsed_s=round(elapsed, 1))
             history.append(row)
             log(json.dumps(row))
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step == cfg.steps - 1):
+            check_heldout(step + 1)
 
     wall = time.perf_counter() - started
     out.mkdir(parents=True, exist_ok=True)
@@ -254,6 +269,7 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
         "corpus_tokens": len(ids),
         "wall_s": round(wall, 1),
         "history": history,
+        "heldout_curve": curve,
     }
     if previous:  # the run this one continued, so the card can give the whole story
         summary["previous"] = previous
@@ -282,7 +298,7 @@ def main(argv=None) -> None:
     cfg = TrainConfig(seed=args.seed)
     if args.smoke:
         cfg = TrainConfig(seed=args.seed, vocab_size=512, seq_len=64, batch_size=4, steps=4, warmup=2,
-                          max_corpus_chars=200_000,
+                          max_corpus_chars=200_000, eval_every=2, eval_chars=5_000,
                           target=ModelShape(2, 64, 2, 128), draft=ModelShape(1, 64, 2, 128))
     overrides = {"steps": args.steps, "lr": args.lr, "warmup": args.warmup,
                  "init": str(args.init) if args.init else None,

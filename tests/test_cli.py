@@ -113,6 +113,11 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
         assert first.keys() == second.keys()
         assert all((first[k] == second[k]).all() for k in first), "same seed, different weights"
     assert json.loads((tmp_path / "a" / "target" / "generation_config.json").read_text())["eos_token_id"] == 0
+    # Held-out checks every 2 steps of 4 (smoke settings): the learning curve the card draws.
+    curve = json.loads((tmp_path / "a" / "training.json").read_text())["heldout_curve"]
+    assert [c["step"] for c in curve] == [2, 4]
+    assert all(c["heldout_tokens"] > 0 and 0 < c["target_bits_per_char"] < 16 and 0 <= c["agreement"] <= 1
+               for c in curve)
 
     # The model card measures the run it finds: figures in card.json, the goals table in README.md.
     done = subprocess.run([sys.executable, "-m", "ouroboros_core.pair_card", "--models", str(tmp_path / "a"),
@@ -125,3 +130,5 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
     assert figures["latency_ratio"] == round(figures["target_latency_ms"] / figures["draft_latency_ms"], 3)
     card = (tmp_path / "a" / "README.md").read_text()
     assert "| goal | wanted | measured | met |" in card and f"{figures['agreement']:.1%}" in card
+    assert f"| 4 | {curve[-1]['target_bits_per_char']} |" in card
+    assert (tmp_path / "a" / "training.png").read_bytes().startswith(b"\x89PNG")
