@@ -150,22 +150,22 @@ def targets(f: dict) -> str:
 
 def learning_curve(training: dict) -> str:
     """The held-out checks train_pair made as it went (runs before they existed have none)."""
-    curve = training.get("heldout_curve") or []
+    curve = training.get("heldout_curve")
     if not curve:
         return ""
-    lines = [f"## Learning curve\n\nHeld-out loss every {training['config'].get('eval_every')} steps during training, on the "
-             f"first {curve[-1]['heldout_chars']:,} characters of the held-out text, in float32 (the figures above are "
-             "measured on the saved bfloat16 weights). `training.png` draws it.\n",
+    lines = [f"## Learning curve\n\nHeld-out loss every {training['config']['eval_every']} steps during training, "
+             f"on the first {curve[-1]['heldout_chars']:,} characters of the held-out text, in float32 (the "
+             "figures above are measured on the saved bfloat16 weights). `training.png` draws it.\n",
              "| step | target bits/char | draft bits/char | agreement |", "|---|---|---|---|"]
     lines += [f"| {c['step']} | {c['target_bits_per_char']} | {c['draft_bits_per_char']} | {c['agreement']:.1%} |"
               for c in curve]
     return "\n".join(lines) + "\n"
 
 
-def save_curve_chart(training: dict, path: Path) -> bool:
-    curve = training.get("heldout_curve") or []
+def save_curve_chart(training: dict, path: Path) -> None:
+    curve = training.get("heldout_curve")
     if not curve:
-        return False
+        return
     import matplotlib
 
     matplotlib.use("Agg")
@@ -186,7 +186,6 @@ def save_curve_chart(training: dict, path: Path) -> bool:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-    return True
 
 
 def card(figures: dict, training: dict) -> str:

@@ -208,9 +208,11 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     def check_heldout(step: int) -> None:
         from .pair_card import heldout_figures
 
-        target.eval(), draft.eval()
+        target.eval()
+        draft.eval()
         figures = heldout_figures(target, draft, tokenizer, cfg.eval_chars)
-        target.train(trains["target"]), draft.train(trains["draft"])
+        target.train(trains["target"])
+        draft.train(trains["draft"])
         curve.append({"step": step, **figures})
         log(json.dumps({"heldout": curve[-1]}))
 
