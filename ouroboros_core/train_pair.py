@@ -42,12 +42,14 @@ class TrainConfig:
     vocab_size: int = 4096
     seq_len: int = 384  # covers most HumanEval stubs plus a 128-token answer
     batch_size: int = 8  # small batches, many steps: more learning per token early in training
-    steps: int = 3300
+    steps: int = 3600
     lr: float = 2e-3
     warmup: int = 80
     distill_weight: float = 0.8  # draft loss = (1-w) * data CE + w * KL(target || draft)
     target: ModelShape = ModelShape(layers=18, width=160, heads=4, ffn=512)
-    draft: ModelShape = ModelShape(layers=1, width=320, heads=5, ffn=1280)
+    # two layers let the draft copy from context (an induction head needs one layer to find the earlier
+    # occurrence, one to read what followed it); narrow, so it costs no more per token than one wide layer
+    draft: ModelShape = ModelShape(layers=2, width=192, heads=4, ffn=768)
     max_corpus_chars: int | None = None  # the smoke mode trains on a slice
     init: str | None = None  # continue a finished run: its folder (tokenizer, target/, draft/, training.json)
     models: tuple[str, ...] = ("target", "draft")  # which models train; the others are saved as they were
