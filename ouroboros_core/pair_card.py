@@ -149,12 +149,32 @@ def targets(f: dict) -> str:
     return "\n".join(lines)
 
 
+def stages(training: dict) -> list[dict]:
+    """The runs that made the pair, first to last: a run continued with `train_pair --init` keeps the one
+    it continued under "previous"."""
+    chain = []
+    while training:
+        chain.append(training)
+        training = training.get("previous")
+    return chain[::-1]
+
+
+def whole_curve(training: dict) -> list[dict]:
+    """The held-out checks of every stage on one axis: a continuation's steps count on from its first run's."""
+    curve, offset = [], 0
+    for stage in stages(training):
+        curve += [{**c, "step": c["step"] + offset} for c in stage.get("heldout_curve", [])]
+        offset += stage["config"]["steps"]
+    return curve
+
+
 def learning_curve(training: dict) -> str:
     """The held-out checks train_pair made as it went (runs before they existed have none)."""
-    curve = training.get("heldout_curve")
+    curve = whole_curve(training)
     if not curve:
         return ""
-    lines = [f"## Learning curve\n\nHeld-out loss every {training['config']['eval_every']} steps during training, "
+    lines = [f"## Learning curve\n\nHeld-out loss every {training['config']['eval_every']} steps during training"
+             f"{' (a continuation counts its steps on from the run it continued)' if training.get('previous') else ''}, "
              f"on the first {curve[-1]['heldout_chars']:,} characters of the held-out text, in float32 (the "
              "figures above are measured on the saved bfloat16 weights). `training.png` draws it.\n",
              "| step | target bits/char | draft bits/char | agreement |", "|---|---|---|---|"]
@@ -164,7 +184,7 @@ def learning_curve(training: dict) -> str:
 
 
 def save_curve_chart(training: dict, path: Path) -> None:
-    curve = training.get("heldout_curve")
+    curve = whole_curve(training)
     if not curve:
         return
     import matplotlib
@@ -177,6 +197,8 @@ def save_curve_chart(training: dict, path: Path) -> None:
     loss.plot(steps, [c["target_bits_per_char"] for c in curve], "o-", color="#1a73e8", label="target")
     loss.plot(steps, [c["draft_bits_per_char"] for c in curve], "o-", color="#9aa0a6", label="draft")
     loss.axhline(HELDOUT_GOAL, color="#1a73e8", linestyle=":", linewidth=1, label="goal for the target")
+    for stage in stages(training)[:-1]:  # where a continuation began
+        loss.axvline(stage["config"]["steps"], color="#5f6368", linestyle="--", linewidth=1)
     loss.set_xlabel("training step")
     loss.set_ylabel("held-out bits/char")
     agreement = loss.twinx()
@@ -190,9 +212,18 @@ def save_curve_chart(training: dict, path: Path) -> None:
 
 
 def card(figures: dict, training: dict) -> str:
-    cfg = training["config"]
+    first, *continued = stages(training)
+    cfg = first["config"]
     t, d = cfg["target"], cfg["draft"]
     f = figures
+    # runs from before the bf16 option trained in float32 throughout
+    precision = ", forward passes in bfloat16 autocast (weights and optimiser in float32)" if cfg.get("bf16") else ""
+    more = "".join(
+        f" Then `train_pair --init` continued the {' and '.join(c['config']['models'])} alone from it for "
+        f"{c['config']['steps']} steps (peak learning rate {c['config']['lr']}, {c['config']['warmup']} warm-up "
+        f"steps, cosine decay, distillation weight {c['config']['distill_weight']}), wall time {c['wall_s'] / 60:.0f} min." for c in continued)
+    if continued:
+        more += f" {sum(stage['wall_s'] for stage in stages(training)) / 60:.0f} min in all."
     return f"""# The embedded demo pair
 
 Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer, trained by
@@ -216,9 +247,9 @@ Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer,
   in training.
 - **Training**: both models in one loop on the same batches, {cfg['steps']} steps of {cfg['batch_size']} x
   {cfg['seq_len']} tokens ({cfg['steps'] * cfg['batch_size'] * cfg['seq_len']:,} tokens), AdamW, peak
-  learning rate {cfg['lr']}, cosine decay; the draft's loss mixes cross-entropy with distillation from the
+  learning rate {cfg['lr']}, cosine decay{precision}; the draft's loss mixes cross-entropy with distillation from the
   target ({cfg['distill_weight']}); the residual output projections start depth-scaled (GPT-2). Seed
-  {cfg['seed']}; wall time {training['wall_s'] / 60:.0f} min on the 2-core CPU. Weights are stored in bfloat16.
+  {cfg['seed']}; wall time {first['wall_s'] / 60:.0f} min on the 2-core CPU.{more} Weights are stored in bfloat16.
 - **Held-out**: {f['heldout_chars']:,} characters of pip's own source (an installed PyPI package, not
   in the corpus), in windows of 256 tokens.
 - **Draft/target agreement** (greedy next token, teacher-forced on held-out): {f['agreement']:.1%}.

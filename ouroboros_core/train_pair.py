@@ -42,7 +42,7 @@ class TrainConfig:
     vocab_size: int = 4096
     seq_len: int = 384  # covers most HumanEval stubs plus a 128-token answer
     batch_size: int = 8  # small batches, many steps: more learning per token early in training
-    steps: int = 3600
+    steps: int = 4400
     lr: float = 2e-3
     warmup: int = 80
     distill_weight: float = 0.8  # draft loss = (1-w) * data CE + w * KL(target || draft)
@@ -55,6 +55,9 @@ class TrainConfig:
     models: tuple[str, ...] = ("target", "draft")  # which models train; the others are saved as they were
     eval_every: int = 200  # steps between held-out checks (a learning curve in training.json; 0 turns them off)
     eval_chars: int = 60_000  # of pip's source, the start of the card's held-out text
+    # bfloat16 autocast for the forward passes (weights, optimiser state and losses stay float32): 1.3x more
+    # steps per hour on this CPU (AVX-512 BF16), measured side by side at the full shapes (1.72 vs 2.25 s/step)
+    bf16: bool = True
 
 
 def stdlib_files() -> list[Path]:
@@ -204,6 +207,9 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
         for name, model in (("target", target), ("draft", draft)) if trains[name]
     }
     gen = torch.Generator().manual_seed(cfg.seed)
+
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16)
     history = []
     curve = []  # held-out figures as training goes: shows whether more steps would still help
 
@@ -227,15 +233,17 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
             for group in opt.param_groups:
                 group["lr"] = lr
 
-        with torch.set_grad_enabled(trains["target"]):
+        with torch.set_grad_enabled(trains["target"]), autocast():
             target_logits = target(input_ids=inputs).logits  # (B, T, V)
-            target_loss = F.cross_entropy(target_logits.flatten(0, 1), labels.flatten())
+        target_logits = target_logits.float()
+        target_loss = F.cross_entropy(target_logits.flatten(0, 1), labels.flatten())
         if trains["target"]:
             target_loss.backward()
 
         row = {"step": step, "target_ce": target_loss.item()}
         if trains["draft"]:
-            draft_logits = draft(input_ids=inputs).logits
+            with autocast():
+                draft_logits = draft(input_ids=inputs).logits.float()
             draft_ce = F.cross_entropy(draft_logits.flatten(0, 1), labels.flatten())
             teacher = F.log_softmax(target_logits.detach().flatten(0, 1), dim=-1)
             student = F.log_softmax(draft_logits.flatten(0, 1), dim=-1)
@@ -294,6 +302,10 @@ def main(argv=None) -> None:
                         help="which models train (default both); the others are saved unchanged")
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps")
+    parser.add_argument("--distill-weight", type=float, default=None,
+                        help="share of the draft's loss that is distillation from the target (0-1)")
+    parser.add_argument("--fp32", action="store_true",
+                        help="no bfloat16 autocast (for CPUs without native bfloat16, where it is slower)")
     args = parser.parse_args(argv)
     import torch
 
@@ -304,7 +316,11 @@ def main(argv=None) -> None:
         cfg = TrainConfig(seed=args.seed, vocab_size=512, seq_len=64, batch_size=4, steps=4, warmup=2,
                           max_corpus_chars=200_000, eval_every=2, eval_chars=5_000,
                           target=ModelShape(2, 64, 2, 128), draft=ModelShape(1, 64, 2, 128))
-    overrides = {"steps": args.steps, "lr": args.lr, "warmup": args.warmup,
+    if args.fp32:
+        cfg = replace(cfg, bf16=False)
+    if args.distill_weight is not None and not 0 <= args.distill_weight <= 1:
+        parser.error(f"--distill-weight {args.distill_weight}: must be between 0 and 1")
+    overrides = {"steps": args.steps, "lr": args.lr, "warmup": args.warmup, "distill_weight": args.distill_weight,
                  "init": str(args.init) if args.init else None,
                  "models": tuple(args.models) if args.models else None}
     cfg = replace(cfg, **{key: value for key, value in overrides.items() if value is not None})

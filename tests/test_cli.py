@@ -132,3 +132,33 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
     assert "| goal | wanted | measured | met |" in card and f"{figures['agreement']:.1%}" in card
     assert f"| 4 | {curve[-1]['target_bits_per_char']} |" in card
     assert (tmp_path / "a" / "training.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_card_tells_a_continued_run_whole(tmp_path):
+    """A pair continued with `train_pair --init` (say the draft alone) keeps its first run under "previous":
+    the card names both stages and their total wall time, and draws one curve whose steps count on."""
+    from ouroboros_core import pair_card
+
+    def run(steps, models, wall_s, checks, previous=None):
+        training = {"config": {"steps": steps, "models": models, "lr": 0.002, "warmup": 80, "eval_every": 2,
+                               "batch_size": 4, "seq_len": 64, "distill_weight": 0.8, "seed": 0, "bf16": True,
+                               "vocab_size": 512, "target": {"layers": 2, "width": 64, "heads": 2, "ffn": 128},
+                               "draft": {"layers": 1, "width": 64, "heads": 2, "ffn": 128}},
+                    "corpus_files": 3, "corpus_chars": 1000, "corpus_tokens": 300, "wall_s": wall_s,
+                    "heldout_curve": [{"step": s, "heldout_chars": 900, "target_bits_per_char": b,
+                                       "draft_bits_per_char": b + 0.2, "agreement": 0.5} for s, b in checks]}
+        if previous:
+            training["previous"] = previous
+        return training
+
+    first = run(4, ["target", "draft"], 600.0, [(2, 3.5), (4, 3.0)])
+    continued = run(2, ["draft"], 120.0, [(2, 2.9)], previous=first)
+    assert [c["step"] for c in pair_card.whole_curve(continued)] == [2, 4, 6]
+    figures = json.loads((ROOT / "assets" / "models" / "card.json").read_text())
+    text = pair_card.card(figures, continued)
+    assert "4 steps of 4 x\n  64 tokens" in text and "wall time 10 min" in text
+    assert "continued the draft alone from it for 2 steps" in text and "12 min in all" in text
+    assert "| 6 | 2.9 | 3.1 |" in text
+    assert "continued" not in pair_card.card(figures, first)
+    pair_card.save_curve_chart(continued, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").read_bytes().startswith(b"\x89PNG")
