@@ -212,7 +212,7 @@ def save_curve_chart(training: dict, path: Path) -> None:
 
 
 def card(figures: dict, training: dict) -> str:
-    first, *continued = stages(training)
+    first, *continued = runs = stages(training)
     cfg = first["config"]
     t, d = cfg["target"], cfg["draft"]
     f = figures
@@ -223,7 +223,7 @@ def card(figures: dict, training: dict) -> str:
         f"{c['config']['steps']} steps (peak learning rate {c['config']['lr']}, {c['config']['warmup']} warm-up "
         f"steps, cosine decay, distillation weight {c['config']['distill_weight']}), wall time {c['wall_s'] / 60:.0f} min." for c in continued)
     if continued:
-        more += f" {sum(stage['wall_s'] for stage in stages(training)) / 60:.0f} min in all."
+        more += f" {sum(run['wall_s'] for run in runs) / 60:.0f} min in all."
     return f"""# The embedded demo pair
 
 Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer, trained by
