@@ -1,18 +1,18 @@
-"""Ouroboros race: vanilla decoding and Ouroboros side by side, from one engine on one device."""
+"""Ouroboros race: vanilla decoding and Ouroboros side by side, from one engine on one device.
+
+This file holds the layout and the handlers. What they call lives in ui/ (request checks, visitor
+sessions, rendering of the lanes) and the engine in ouroboros_core/.
+"""
 
 from __future__ import annotations
 
-import functools
 import html
 import itertools
 import json
 import logging
-import math
 import os
-import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,60 +20,22 @@ import gradio as gr
 
 from ouroboros_core import ConfigError, LoadError, OuroborosConfig
 from ouroboros_core.race import Lane, race
+from ui.guard import KNOBS, UNEXPECTED, Limits, check_request, shielded  # noqa: F401  (UNEXPECTED: tests)
+from ui.render import (LANE_TITLES, LEGEND, TIMING_NOTE, badge_html, chart_frame, lane_parts, race_log_line,
+                       summary_markdown)
+from ui.sessions import Sessions
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-MAX_NEW_TOKENS = int(os.environ.get("OUROBOROS_MAX_NEW_TOKENS", "512"))  # cap visitors cannot exceed
-MAX_PROMPT_CHARS = int(os.environ.get("OUROBOROS_MAX_PROMPT_CHARS", "8000"))
+LIMITS = Limits.from_env()  # the host's caps on what a visitor may ask for
+MAX_NEW_TOKENS = LIMITS.max_new_tokens
 QUEUE_SIZE = int(os.environ.get("OUROBOROS_QUEUE_SIZE", "16"))
 # Phrases one visitor's warm pool may hold (~0.4 kB each): with at most 256 sessions, pools stay under ~0.5 GB.
 SESSION_POOL_SIZE = int(os.environ.get("OUROBOROS_SESSION_POOL_SIZE", "4096"))
 DEFAULTS = OuroborosConfig()
-# The Ouroboros knobs a visitor may set and their bounds: the sliders' ranges, checked again on the server.
-KNOBS = {"gamma": (1, 16, "gamma (minimum draft length)"), "window": (0, 32, "window W (lookahead columns)"),
-         "ngram": (2, 8, "n-gram size N"), "branches": (0, 8, "branches k")}
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")  # C0/C1 controls, except tab, newlines, form feed
-UNEXPECTED = "Something went wrong on the server; it has been logged. Please try again."
 log = logging.getLogger("ouroboros.app")
-LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative (draft model)",
-               "ouroboros": "Ouroboros"}
-TIMING_NOTE = ("Each lane's clock counts only its own compute: the lanes take turns on the one device, the "
-               "lane that is behind on its own clock always goes next, and every clock reads "
-               "time.perf_counter (device synchronised) around its own steps, as if it ran alone.")
 
 _engine = None
 _engine_lock = threading.Lock()
-
-
-class Sessions:
-    """Per-visitor state kept on the server: a stop flag and, if asked for, a warm phrase pool.
-
-    Bounded (least recently used visitors fall out) and dropped when the visitor's page unloads, so
-    nothing grows across visitors and no visitor's phrases reach another's pool.
-    """
-
-    def __init__(self, capacity: int = 256):
-        self.capacity = capacity
-        self._items: OrderedDict[str, dict] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> dict:
-        with self._lock:
-            item = self._items.pop(key, None) or {"stop": threading.Event(), "pool": None}
-            self._items[key] = item
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-            return item
-
-    def drop(self, key: str) -> None:
-        with self._lock:
-            item = self._items.pop(key, None)
-        if item is not None:
-            item["stop"].set()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
 SESSIONS = Sessions()
 
 try:
@@ -99,53 +61,6 @@ def get_engine():
         return _engine
 
 
-def check_prompt(prompt) -> str:
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise gr.Error("Prompt is empty: type some code or pick an example.")
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise gr.Error(f"Prompt is {len(prompt):,} characters; this demo takes at most {MAX_PROMPT_CHARS:,}.")
-    found = CONTROL.search(prompt)  # lone surrogates are the engine's to refuse, for every caller
-    if found:
-        raise gr.Error(f"Prompt has a control character (U+{ord(found.group()):04X}) at character "
-                       f"{found.start()}; only printable text, tabs and newlines are accepted.")
-    return prompt
-
-
-def check_whole(label: str, value, low: int, high: int) -> int:
-    """A whole number in [low, high] from the page or the API (sliders send floats like 3.0)."""
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and value == int(value) and low <= value <= high)
-    if not ok:
-        raise gr.Error(f"{label} must be a whole number from {low} to {high}, got {value!r}.")
-    return int(value)
-
-
-def check_request(prompt, max_new_tokens, knobs: dict | None = None) -> tuple[str, int, dict]:
-    """Everything a visitor sends, checked before the request touches the device."""
-    prompt = check_prompt(prompt)
-    max_new_tokens = check_whole("Max new tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
-    options = {}
-    for name, value in (knobs or {}).items():
-        if value is not None:  # None: the engine's default
-            low, high, label = KNOBS[name]
-            options[name] = check_whole(label, value, low, high)
-    return prompt, max_new_tokens, options
-
-
-def shielded(handler):
-    """Visitors see our own messages (gr.Error) and never a traceback; anything else is logged here."""
-    @functools.wraps(handler)
-    def wrapper(*args, **kwargs):
-        try:
-            yield from handler(*args, **kwargs)
-        except gr.Error:
-            raise
-        except Exception:
-            log.exception("request failed")
-            raise gr.Error(UNEXPECTED) from None
-    return wrapper
-
-
 def run_race(prompt, max_new_tokens, options, methods, stop, pools):
     """Yield lanes of a checked request; request errors the engine finds become messages for the visitor."""
     engine = get_engine()
@@ -158,93 +73,15 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools):
     return itertools.chain([first], updates)
 
 
-# ----------------------------------------------------------------------------------------------- rendering
-
-def token_spans(tokens, colour: bool) -> str:
-    if not colour:
-        return html.escape("".join(t.text for t in tokens))
-    return "".join(f'<span class="tok tok-{t.source.value}">{html.escape(t.text)}</span>' for t in tokens)
-
-
-def lane_html(lane: Lane, colour: bool) -> str:
-    body = token_spans(lane.committed, colour)
-    if lane.rejected and colour:
-        rejected = html.escape("".join(t.text for t in lane.rejected))
-        body += f'<s class="tok-rejected" title="drafted, rejected by the target">{rejected}</s>'
-    if lane.done is None:
-        body += '<span class="cursor">▌</span>'
-    return f'<pre class="lane-text">{body}</pre>'
-
-
-def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
-    parts = [f"<b>{lane.clock_s:.2f} s</b>", f"{lane.tokens} tokens", f"<b>{lane.tokens_per_second:.1f} tok/s</b>"]
-    if lane.method != "vanilla":
-        if vanilla is not None and vanilla.tokens_per_second > 0 and lane.tokens:
-            parts.append(f"<b>{lane.tokens_per_second / vanilla.tokens_per_second:.2f}x</b> vanilla")
-        if lane.steps:
-            parts.append(f"{lane.tokens / lane.steps:.2f} tokens/forward")
-        if lane.drafted:
-            parts.append(f"{lane.accepted / lane.drafted:.0%} accepted")
-    state = "done" if lane.done else "running"
-    return f'<div class="lane-stats {state}">' + " · ".join(parts) + "</div>"
-
-
-def badge_html(lanes: dict[str, Lane]) -> str:
-    if any(lane.done is None for lane in lanes.values()):
-        return ""
-    reasons = {lane.done.stop_reason for lane in lanes.values()}
-    if "cancelled" in reasons:
-        return '<div class="badge stopped">Stopped.</div>'
-    outputs = {m: lane.done.token_ids for m, lane in lanes.items()}
-    reference = outputs["vanilla"]
-    for method, ids in outputs.items():
-        if ids != reference:
-            at = next((i for i, (a, b) in enumerate(zip(ids, reference)) if a != b), min(len(ids), len(reference)))
-            return (f'<div class="badge differ">Outputs differ: {html.escape(method)} departs from vanilla at '
-                    f"token {at}. This is a bug.</div>")
-    return f'<div class="badge same">Identical outputs: {len(reference)} tokens, token for token.</div>'
-
-
-def summary_markdown(lanes: dict[str, Lane]) -> str:
-    if any(lane.done is None for lane in lanes.values()):
-        return ""
-    vanilla = lanes["vanilla"].done.stats
-    rows = ["| lane | seconds | tokens | tok/s | speedup | tokens/forward | acceptance |", "|---|---|---|---|---|---|---|"]
-    for method, lane in lanes.items():
-        s = lane.done.stats
-        speedup = s.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
-        accept = f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-"
-        rows.append(f"| {LANE_TITLES[method]} | {s.seconds:.2f} | {s.new_tokens} | {s.tokens_per_second:.1f} | "
-                    f"{speedup:.2f}x | {s.tokens_per_forward:.2f} | {accept} |")
-    return "\n".join(rows)
-
-
-def chart_frame(lanes: dict[str, Lane]):
-    import pandas as pd
-
-    rows = [(t, n, LANE_TITLES[m]) for m, lane in lanes.items() for t, n in lane.trace]
-    return pd.DataFrame(rows, columns=["seconds", "tokens", "lane"])
-
-
 def render(lanes: dict[str, Lane], colour: bool, chart: bool = True):
     """The outputs' new values; chart=False leaves the chart as it is (it is the costly one to redraw)."""
-    vanilla = lanes.get("vanilla")
-    out = []
-    for method in ("vanilla", "ouroboros", "speculative"):
-        lane = lanes.get(method)
-        if lane is None:
-            out += ["", ""]
-        else:
-            title = f"<h3>{LANE_TITLES[method]}</h3>" if method == "speculative" else ""
-            out += [title + lane_html(lane, colour and method != "vanilla"), lane_stats(lane, vanilla)]
+    out = [part for method in ("vanilla", "ouroboros", "speculative") for part in lane_parts(lanes, method, colour)]
     return out + [chart_frame(lanes) if chart else gr.skip(), badge_html(lanes), summary_markdown(lanes)]
 
 
 def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
     if lanes:
-        log.info("race %s: %s", who[:8], ", ".join(
-            f"{m} {lane.tokens} tokens {lane.done.stop_reason if lane.done else 'unfinished'} {lane.clock_s:.2f} s"
-            for m, lane in lanes.items()))
+        log.info("race %s: %s", who[:8], race_log_line(lanes))
 
 
 # ----------------------------------------------------------------------------------------------- handlers
@@ -258,7 +95,7 @@ CHART_EVERY_S = 0.5  # the chart ~2 times a second: a slow browser keeps up
 def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, with_speculative, colour, warm_pool,
             request: gr.Request):
     prompt, max_new_tokens, options = check_request(
-        prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches})
+        prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
     who = request.session_hash or "anonymous"
     session = SESSIONS.get(who)
     stop = session["stop"]  # cleared by arm_stop when Run was pressed; a Stop while queued stays set
@@ -294,7 +131,7 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
     (stop_reason and stats are None until a lane is done); the last message is the finished race.
     gamma, window, ngram, branches: Ouroboros settings, None for the defaults."""
     prompt, max_new_tokens, options = check_request(
-        prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches})
+        prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
     lanes = None
     last = 0.0
     try:
@@ -355,13 +192,6 @@ def pair_description() -> str:
         return f"Pair: `{html.escape(name)}` (unknown preset)"
     return f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: {preset.description}."
 
-
-LEGEND = ('<div class="legend">'
-          '<span class="tok tok-draft">accepted from the draft model</span>'
-          '<span class="tok tok-pool">accepted from a pool phrase</span>'
-          '<span class="tok tok-prompt">accepted by prompt lookup</span>'
-          '<span class="tok tok-target">the target\'s own token</span>'
-          '<s class="tok-rejected">drafted, rejected</s></div>')
 
 with gr.Blocks(title="Ouroboros race") as demo:
     gr.Markdown("# Ouroboros race\nThe same prompt through plain greedy decoding and through Ouroboros "

@@ -6,51 +6,15 @@ import argparse
 import json
 import sys
 
+from .cli_args import add_method_args, add_model_args, engine_from_args, method_options
 from .config import METHODS, ConfigError
 from .events import DoneEvent, Source, StepEvent
 from .models import LoadError
+from .tools.bench import add_bench_parser
 
 # ANSI colours per token source; the legend printed with the stats line names them.
 COLOURS = {Source.DRAFT: "\033[32m", Source.POOL: "\033[35m", Source.PROMPT: "\033[36m", Source.TARGET: ""}
 RESET = "\033[0m"
-
-
-def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", help="preset name, local folder or Hub id (default: the embedded demo pair)")
-    parser.add_argument("--draft", help="local folder or Hub id of the draft (when --target is not a preset)")
-    parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--device-map", choices=["auto"], help="spread the target over GPUs with accelerate")
-    parser.add_argument("--trust-remote-code", action="store_true")
-
-
-def add_method_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gamma", type=int, help="minimum draft length per target forward")
-    parser.add_argument("--window", type=int, help="Ouroboros lookahead window columns W")
-    parser.add_argument("--ngram", type=int, help="Ouroboros n-gram size N (phrases of N-1 tokens)")
-    parser.add_argument("--guess-set", type=int, help="Ouroboros phrases kept per key token G")
-    parser.add_argument("--branches", type=int, help="Ouroboros pool phrases appended as branches k")
-    parser.add_argument("--lookup", type=int, help="Ouroboros context-lookup branch length L (0: none)")
-
-
-def method_options(args, method: str) -> dict:
-    options = {}
-    for name in ("temperature", "top_p", "seed"):
-        if getattr(args, name, None) is not None:
-            options[name] = getattr(args, name)
-    knobs = {"speculative": ["gamma"], "ouroboros": ["gamma", "window", "ngram", "guess_set", "branches", "lookup"]}
-    for name in knobs.get(method, []):
-        value = getattr(args, name, None)
-        if value is not None:
-            options[name] = value
-    return options
-
-
-def engine_from_args(args):
-    from .models import load_engine
-
-    return load_engine(args.target, args.draft, args.device, dtype=args.dtype, device_map=args.device_map,
-                       trust_remote_code=args.trust_remote_code)
 
 
 def render_coloured(event: StepEvent, out) -> None:
@@ -110,9 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(gen)
     add_method_args(gen)
     gen.set_defaults(func=cmd_generate)
-    from .bench import add_bench_parser
-
-    add_bench_parser(sub, add_model_args, add_method_args)
+    add_bench_parser(sub)
     return parser
 
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import time
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from typing import Iterator
 
 import torch
+
+from transformers import DynamicCache
 
 from .cache import cache_length, keep_span, new_cache, truncate
 from .config import ConfigError, OuroborosConfig, build_configs, check_int
 from .drafters import Ouroboros, Proposal, Speculative, Vanilla
 from .events import DoneEvent, Event, Result, Source, Stats, StepEvent, Token
 from .pool import PhrasePool
-from .verify import forward_tree, input_device, target_tokens, walk_tree
+from .verify import Verdict, forward_tree, input_device, target_tokens, walk_tree
 
 
 class TextPieces:
@@ -48,6 +50,69 @@ class TextPieces:
         """The full decoded text of every token pushed."""
         return self._decode(self.ids)
 
+    def take_rest(self) -> str:
+        """The end of the text that no piece carries yet (a character left unfinished), now handed out."""
+        full = self.finish()
+        rest = full[self.emitted :]
+        self.emitted = len(full)
+        return rest
+
+
+@dataclass(eq=False)
+class Request:
+    """One request's state while the loop runs: the tokens so far, the target's cache and the counters."""
+
+    committed: list[int]  # the prompt's ids, then every committed token
+    max_new_tokens: int
+    cache: DynamicCache  # the target's keys and values for all committed tokens but the newest
+    pieces: TextPieces
+    new_ids: list[int] = field(default_factory=list)
+    forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    compute_s: float = 0.0  # whole steps, loop overhead included
+    stop_reason: str | None = None  # set once: "eos", "max_new_tokens" or "cancelled"
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.new_ids)
+
+    def count_step(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+        self.forwards += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.draft_s += draft_s
+        self.verify_s += verify_s
+
+    def done(self) -> DoneEvent:
+        stats = Stats(new_tokens=len(self.new_ids), target_forwards=self.forwards, drafted_tokens=self.drafted,
+                      accepted_tokens=self.accepted, seconds=self.compute_s, draft_seconds=self.draft_s,
+                      verify_seconds=self.verify_s)
+        text = self.pieces.finish()
+        if self.stop_reason == "cancelled":  # stopped between steps: an unfinished character stays out
+            text = text[: self.pieces.emitted]
+        return DoneEvent(tuple(self.new_ids), text, stats, self.stop_reason)
+
+
+@dataclass(frozen=True)
+class WalkedPath:
+    path: list[Token]  # drafted tokens on the path the target walked: the trunk, or its head and a branch
+    accepted: list[Token]  # its head, which the target kept
+    rejected: list[Token]  # its tail after the first mismatch
+
+
+def sampling_generator(sampling) -> torch.Generator | None:
+    """The random source of a sampled request: seeded when asked, else fresh; None when greedy."""
+    if sampling.greedy:
+        return None
+    generator = torch.Generator()
+    if sampling.seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(sampling.seed)
+    return generator
 
 
 def eos_ids(model, tokenizer) -> frozenset[int]:
@@ -166,125 +231,112 @@ class Engine:
         return proposal
 
     def _loop(self, ids, max_new_tokens, sampling, drafter, stop) -> Iterator[Event]:
-        target, tokenizer = self.target, self.tokenizer
-        target_device = input_device(target)
-        draft_device = input_device(self.draft) if self.draft is not None else target_device
-        generator = None
-        if not sampling.greedy:
-            generator = torch.Generator()
-            if sampling.seed is None:
-                generator.seed()
-            else:
-                generator.manual_seed(sampling.seed)
-        cache = new_cache(target)
-        committed = list(ids)
-        new_ids: list[int] = []
-        pieces = TextPieces(tokenizer)
-        drafted_total = accepted_total = forwards = 0
-        draft_s = verify_s = compute_s = 0.0  # compute_s: whole steps, loop overhead included
-        stop_reason = None
+        """The decode loop: propose -> verify -> commit -> emit, one target forward per step."""
+        request = Request(list(ids), max_new_tokens, new_cache(self.target), TextPieces(self.tokenizer))
+        generator = sampling_generator(sampling)
         started = time.perf_counter()
         drafter.start(ids)
-        compute_s = time.perf_counter() - started
-        while stop_reason is None:
+        request.compute_s = time.perf_counter() - started
+        while request.stop_reason is None:
             if stop is not None and stop.is_set():
-                stop_reason = "cancelled"
+                request.stop_reason = "cancelled"
                 break
-            remaining = max_new_tokens - len(new_ids)
             started = time.perf_counter()
-            # The target adds one token of its own after the drafts, so drafts get one less than what is left.
-            proposal: Proposal = drafter.propose(committed, remaining - 1)
-            proposal = self._stop_at_eos(proposal)
-            _sync(draft_device)
+            proposal = self._propose(drafter, request)
             drafted_at = time.perf_counter()
-
-            past = cache_length(cache)
-            pending = committed[past:]
-            trunk, branches = proposal.trunk, proposal.branches
-            attach = proposal.branch_attach or None
-            logits = forward_tree(target, cache, pending, trunk, branches, attach=attach)
-            tokens = target_tokens(logits, sampling.temperature, sampling.top_p, generator)
-            branch_tokens, start = [], len(trunk) + 1
-            for branch in branches:
-                branch_tokens.append(tokens[start : start + len(branch)])
-                start += len(branch)
-            verdict = walk_tree(trunk, branches, tokens[: len(trunk) + 1], branch_tokens, attach)
-            # The cache keeps what was committed except the newest token, which the next forward feeds.
-            kept = past + len(pending) + verdict.trunk_accepted
-            if verdict.branch is not None:
-                span_start = past + len(pending) + len(trunk) + sum(map(len, branches[: verdict.branch]))
-                keep_span(cache, kept, span_start, verdict.branch_accepted)
-            else:
-                truncate(cache, kept)
-            _sync(target_device)
+            verdict, trunk_tokens = self._verify(request, proposal, sampling, generator)
             verified_at = time.perf_counter()
+            walked = self._walked_path(proposal, verdict)
+            old_length = len(request.committed)
+            committed = self._commit(request, walked.accepted, verdict.next_token)
+            if request.stop_reason is None:
+                drafter.observe(request.committed, old_length, proposal, verdict, trunk_tokens)
+            yield self._step_event(request, proposal, walked, committed, started, drafted_at, verified_at)
+        yield request.done()
 
-            path = [Token(t, self.token_text(t), s) for t, s in zip(trunk, proposal.trunk_sources)]
-            accepted_path = path[: verdict.trunk_accepted]
-            rejected = path[verdict.trunk_accepted :]
-            if verdict.branch is not None:
-                source = proposal.branch_sources[verdict.branch]
-                branch = [Token(t, self.token_text(t), source) for t in branches[verdict.branch]]
-                path = accepted_path + branch  # the walked path: a branch from inside the trunk replaces its tail
-                accepted_path += branch[: verdict.branch_accepted]
-                rejected = branch[verdict.branch_accepted :]
-            drafted_total += len(path)
-            forwards += 1
+    def _propose(self, drafter, request: Request) -> Proposal:
+        # The target adds one token of its own after the drafts, so drafts get one less than what is left.
+        proposal = self._stop_at_eos(drafter.propose(request.committed, request.remaining - 1))
+        _sync(input_device(self.draft) if self.draft is not None else input_device(self.target))
+        return proposal
 
-            old_length = len(committed)
-            step_tokens = [(t.id, t.source) for t in accepted_path] + [(verdict.next_token, Source.TARGET)]
-            committed_tokens = []
-            for token_id, source in step_tokens:
-                committed_tokens.append(Token(token_id, pieces.push(token_id), source))
-                new_ids.append(token_id)
-                committed.append(token_id)
-                if token_id in self.eos:
-                    stop_reason = "eos"
-                    break
-                if len(new_ids) == max_new_tokens:
-                    stop_reason = "max_new_tokens"
-                    break
-            if stop_reason is None:
-                drafter.observe(committed, old_length, proposal, verdict, tokens[: len(trunk) + 1])
-            accepted = committed_tokens[: len(accepted_path)]
-            target_token = committed_tokens[-1] if len(committed_tokens) > len(accepted_path) else None
-            if stop_reason is not None:
-                # Hand any unfinished character at the end to the last committed token.
-                full = pieces.finish()
-                if len(full) > pieces.emitted:
-                    last = committed_tokens[-1]
-                    tail = Token(last.id, last.text + full[pieces.emitted :], last.source)
-                    if target_token is not None:
-                        target_token = tail
-                    else:
-                        accepted = accepted[:-1] + [tail]
-                    pieces.emitted = len(full)
-            accepted_total += len(accepted)
-            draft_s += drafted_at - started
-            verify_s += verified_at - drafted_at
-            event = StepEvent(
-                index=forwards - 1,
-                drafted=tuple(path),
-                branches=tuple(tuple(Token(t, self.token_text(t), s) for t in b)
-                               for b, s in zip(branches, proposal.branch_sources)),
-                accepted=tuple(accepted),
-                rejected=tuple(rejected),
-                target_token=target_token,
-                draft_ms=(drafted_at - started) * 1e3,
-                verify_ms=(verified_at - drafted_at) * 1e3,
-                elapsed_s=compute_s + (time.perf_counter() - started),
-            )
-            compute_s = event.elapsed_s
-            yield event
-        stats = Stats(
-            new_tokens=len(new_ids),
-            target_forwards=forwards,
-            drafted_tokens=drafted_total,
-            accepted_tokens=accepted_total,
-            seconds=compute_s,
-            draft_seconds=draft_s,
-            verify_seconds=verify_s,
+    def _verify(self, request: Request, proposal: Proposal, sampling, generator) -> tuple[Verdict, list[int]]:
+        """One target forward over the pending tokens, the trunk and its branches; the cache then keeps
+        what was committed except the newest token, which the next forward feeds."""
+        cache, trunk, branches = request.cache, proposal.trunk, proposal.branches
+        attach = proposal.branch_attach or None
+        past = cache_length(cache)
+        pending = request.committed[past:]
+        logits = forward_tree(self.target, cache, pending, trunk, branches, attach=attach)
+        tokens = target_tokens(logits, sampling.temperature, sampling.top_p, generator)
+        trunk_tokens = tokens[: len(trunk) + 1]
+        branch_tokens, start = [], len(trunk) + 1
+        for branch in branches:
+            branch_tokens.append(tokens[start : start + len(branch)])
+            start += len(branch)
+        verdict = walk_tree(trunk, branches, trunk_tokens, branch_tokens, attach)
+        kept = past + len(pending) + verdict.trunk_accepted
+        if verdict.branch is not None:
+            span_start = past + len(pending) + len(trunk) + sum(map(len, branches[: verdict.branch]))
+            keep_span(cache, kept, span_start, verdict.branch_accepted)
+        else:
+            truncate(cache, kept)
+        _sync(input_device(self.target))
+        return verdict, trunk_tokens
+
+    def _walked_path(self, proposal: Proposal, verdict: Verdict) -> WalkedPath:
+        """The drafted tokens on the path the target walked, split into accepted and rejected."""
+        path = [Token(t, self.token_text(t), s) for t, s in zip(proposal.trunk, proposal.trunk_sources)]
+        accepted, rejected = path[: verdict.trunk_accepted], path[verdict.trunk_accepted :]
+        if verdict.branch is not None:
+            source = proposal.branch_sources[verdict.branch]
+            branch = [Token(t, self.token_text(t), source) for t in proposal.branches[verdict.branch]]
+            path = accepted + branch  # a branch from inside the trunk replaces the trunk's tail
+            accepted = accepted + branch[: verdict.branch_accepted]
+            rejected = branch[verdict.branch_accepted :]
+        return WalkedPath(path, accepted, rejected)
+
+    def _commit(self, request: Request, accepted: list[Token], next_token: int) -> list[Token]:
+        """Commit the accepted drafts and the target's own token, stopping at EOS or max_new_tokens.
+        Returns the committed tokens, each with its exact piece of output text."""
+        committed = []
+        for token_id, source in [(t.id, t.source) for t in accepted] + [(next_token, Source.TARGET)]:
+            committed.append(Token(token_id, request.pieces.push(token_id), source))
+            request.new_ids.append(token_id)
+            request.committed.append(token_id)
+            if token_id in self.eos:
+                request.stop_reason = "eos"
+                break
+            if len(request.new_ids) == request.max_new_tokens:
+                request.stop_reason = "max_new_tokens"
+                break
+        return committed
+
+    def _step_event(self, request: Request, proposal: Proposal, walked: WalkedPath, committed: list[Token],
+                    started: float, drafted_at: float, verified_at: float) -> StepEvent:
+        accepted = committed[: len(walked.accepted)]
+        target_token = committed[-1] if len(committed) > len(walked.accepted) else None
+        if request.stop_reason is not None:
+            # Hand any unfinished character at the end to the last committed token.
+            tail = request.pieces.take_rest()
+            if tail:
+                last = committed[-1]
+                last = Token(last.id, last.text + tail, last.source)
+                if target_token is not None:
+                    target_token = last
+                else:
+                    accepted = accepted[:-1] + [last]
+        request.count_step(len(walked.path), len(accepted), drafted_at - started, verified_at - drafted_at)
+        request.compute_s += time.perf_counter() - started
+        return StepEvent(
+            index=request.forwards - 1,
+            drafted=tuple(walked.path),
+            branches=tuple(tuple(Token(t, self.token_text(t), s) for t in b)
+                           for b, s in zip(proposal.branches, proposal.branch_sources)),
+            accepted=tuple(accepted),
+            rejected=tuple(walked.rejected),
+            target_token=target_token,
+            draft_ms=(drafted_at - started) * 1e3,
+            verify_ms=(verified_at - drafted_at) * 1e3,
+            elapsed_s=request.compute_s,
         )
-        # Cancelled between steps, an unfinished character at the end stays out of the text.
-        text = pieces.finish() if stop_reason != "cancelled" else pieces.finish()[: pieces.emitted]
-        yield DoneEvent(tuple(new_ids), text, stats, stop_reason)

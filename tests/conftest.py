@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ouroboros_core.train_pair import EOS, load_corpus, train_tokenizer
+from ouroboros_core.tools.corpus import EOS, load_corpus, train_tokenizer
 
 torch.set_num_threads(1)
 
@@ -127,3 +127,38 @@ def reference_ids(model, tokenizer, prompt: str, max_new_tokens: int, eos_token_
         out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                              max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id, **kwargs)
     return out[0, input_ids.shape[1]:].tolist()
+
+
+@pytest.fixture(scope="module")
+def reference(tokenizer):
+    """The target's own generate() output, memoised per (model, prompt, max_new_tokens, eos).
+
+    Keyed by the model object (modules hash by identity), not its id(): a model freed by its test could
+    hand its id() to the next test's model, which would then be compared with the first one's output.
+    """
+    memo = {}
+
+    def get(model, prompt, max_new_tokens, eos_token_id=None):
+        key = (model, prompt, max_new_tokens, eos_token_id)
+        if key not in memo:
+            memo[key] = reference_ids(model, tokenizer, prompt, max_new_tokens, eos_token_id)
+        return memo[key]
+
+    return get
+
+
+@pytest.fixture
+def verdicts(monkeypatch):
+    """Every (trunk, branches, verdict) the loop's acceptance walk produces during the test."""
+    import ouroboros_core.engine as engine_module
+
+    seen = []
+    original = engine_module.walk_tree
+
+    def recording(trunk, branches, trunk_tokens, branch_tokens, attach=None):
+        verdict = original(trunk, branches, trunk_tokens, branch_tokens, attach)
+        seen.append((list(trunk), [list(b) for b in branches], verdict))
+        return verdict
+
+    monkeypatch.setattr(engine_module, "walk_tree", recording)
+    return seen

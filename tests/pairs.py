@@ -5,7 +5,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ouroboros_core.train_pair import EOS, load_corpus, train_tokenizer
+from ouroboros_core.tools.corpus import EOS, load_corpus, train_tokenizer
 
 
 def save_tiny_pair(root: Path) -> Path:

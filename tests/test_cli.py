@@ -101,7 +101,7 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for run in ("a", "b"):
-        done = subprocess.run([sys.executable, "-m", "ouroboros_core.train_pair", "--smoke", "--out",
+        done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.train_pair", "--smoke", "--out",
                                str(tmp_path / run)], capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
     for name in ("target", "draft"):
@@ -120,7 +120,7 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
                for c in curve)
 
     # The model card measures the run it finds: figures in card.json, the goals table in README.md.
-    done = subprocess.run([sys.executable, "-m", "ouroboros_core.pair_card", "--models", str(tmp_path / "a"),
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.pair_card", "--models", str(tmp_path / "a"),
                            "--heldout-chars", "3000", "--humaneval-limit", "2"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -137,7 +137,7 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
 def test_card_tells_a_continued_run_whole(tmp_path):
     """A pair continued with `train_pair --init` (say the draft alone) keeps its first run under "previous":
     the card names both stages and their total wall time, and draws one curve whose steps count on."""
-    from ouroboros_core import pair_card
+    from ouroboros_core.tools import pair_card
 
     def run(steps, models, wall_s, checks, previous=None):
         training = {"config": {"steps": steps, "models": models, "lr": 0.002, "warmup": 80, "eval_every": 2,

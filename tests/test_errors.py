@@ -7,7 +7,7 @@ import pytest
 from conftest import CONTEXT, reference_ids
 from ouroboros_core import ConfigError, Engine, LoadError, OuroborosConfig, SamplingConfig, SpeculativeConfig
 from ouroboros_core.models import check_vocabularies
-from ouroboros_core.train_pair import train_tokenizer
+from ouroboros_core.tools.corpus import train_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerF
 
 from ouroboros_core import LoadError, load_engine
 from ouroboros_core.models import check_vocabularies, pick_dtype, presets, resolve_folder
-from ouroboros_core.train_pair import load_corpus, stdlib_files, train_tokenizer
+from ouroboros_core.tools.corpus import load_corpus, stdlib_files, train_tokenizer
 from pairs import save_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent

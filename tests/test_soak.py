@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def soak(*args, timeout=1500):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "ouroboros_core.soak", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "ouroboros_core.tools.soak", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=ROOT)
 
 

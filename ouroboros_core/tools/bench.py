@@ -10,7 +10,6 @@ with transformers' own greedy generate.
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 import platform
 import statistics
@@ -19,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ConfigError, OuroborosConfig
+from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
+from ..config import ConfigError, OuroborosConfig
 
 REFERENCE = "hf_greedy"
 HF_METHODS = {
@@ -288,7 +288,7 @@ def sweep(engine, prompts, max_new_tokens, progress=True) -> dict:
     return {"results": list(trials.values()), "best": measure(best)}
 
 
-def add_bench_parser(sub, add_model_args, add_method_args) -> None:
+def add_bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="benchmark every method side by side on HumanEval or a JSONL file")
     bench.add_argument("--limit", type=int, help="first N prompts only")
     bench.add_argument("--prompts", type=Path, help="a JSONL file of {\"prompt\": ...} objects instead of HumanEval")
@@ -305,8 +305,6 @@ def add_bench_parser(sub, add_model_args, add_method_args) -> None:
 
 
 def cmd_bench(args) -> int:
-    from .__main__ import engine_from_args
-
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown or not methods:
@@ -319,8 +317,6 @@ def cmd_bench(args) -> int:
         report = sweep(engine, prompts, args.max_new_tokens, progress=not args.no_progress)
         print("best:", json.dumps(report["best"]))
     else:
-        from .__main__ import method_options
-
         options = {method: method_options(args, method) for method in ("speculative", "ouroboros")}
         report = run_bench(engine, prompts, methods, args.max_new_tokens, options, args.lookup_tokens,
                            progress=not args.no_progress)

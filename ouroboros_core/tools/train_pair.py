@@ -1,9 +1,9 @@
 """Train the embedded demo pair: a deep target and a shallow, wide draft that share one tokenizer.
 
-    python -m ouroboros_core.train_pair --out RUN        # the full run (background job, about 2.3 h on 2 cores)
-    python -m ouroboros_core.train_pair --init RUN --models draft --steps 500 --lr 5e-4 --warmup 20 \
+    python -m ouroboros_core.tools.train_pair --out RUN        # the full run (background job, about 2.3 h on 2 cores)
+    python -m ouroboros_core.tools.train_pair --init RUN --models draft --steps 500 --lr 5e-4 --warmup 20 \
         --distill-weight 1.0          # then the draft alone, 8 min: the committed pair (147 min in all)
-    python -m ouroboros_core.train_pair --smoke --out /tmp/pair   # a few steps on a small corpus
+    python -m ouroboros_core.tools.train_pair --smoke --out /tmp/pair   # a few steps on a small corpus
 
 The corpus is the Python standard library's own source (PSF licence), which every machine with Python
 has. Both models train in the same loop on the same batches; the draft also learns from the target's
@@ -15,19 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
-import sysconfig
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-EOS = "<|endoftext|>"
-# Folders that hold data rather than code written by people (tables, generated text, sample trees), and the
-# test suites: 62% of the stdlib's characters, assert-heavy code that looks nothing like a function with a
-# docstring, which is what users (and HumanEval stubs) ask the pair to continue.
-SKIP_PARTS = {"site-packages", "__pycache__", "encodings", "pydoc_data", "lib2to3", "idlelib", "turtledemo", "data",
-              "test", "tests", "idle_test"}
+from .corpus import EOS, load_corpus, train_tokenizer
+from .pair_card import heldout_figures
 
 
 @dataclass(frozen=True)
@@ -60,76 +54,6 @@ class TrainConfig:
     # bfloat16 autocast for the forward passes (weights, optimiser state and losses stay float32): 1.3x more
     # steps per hour on this CPU (AVX-512 BF16), measured side by side at the full shapes (1.72 vs 2.25 s/step)
     bf16: bool = True
-
-
-def stdlib_files() -> list[Path]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = []
-    for path in sorted(root.rglob("*.py")):
-        if SKIP_PARTS.intersection(path.relative_to(root).parts):
-            continue
-        files.append(path)
-    return files
-
-
-def clean_source(text: str) -> str | None:
-    """Keep code written by people: drop files that are mostly long data lines or oversized."""
-    lines = text.splitlines()
-    if not lines or len(text) > 300_000:
-        return None
-    long_lines = sum(len(line) > 120 for line in lines)
-    if long_lines > 0.02 * len(lines):
-        return None
-    return "\n".join(line.rstrip() for line in lines).replace("\t", "    ") + "\n"
-
-
-def load_corpus(max_chars: int | None = None) -> list[str]:
-    docs = []
-    total = 0
-    for path in stdlib_files():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        cleaned = clean_source(text)
-        if cleaned is None:
-            continue
-        docs.append(cleaned)
-        total += len(cleaned)
-        if max_chars is not None and total >= max_chars:
-            break
-    return docs
-
-
-def heldout_files() -> list[Path]:
-    """Python that is not in the corpus: the source of an installed PyPI package (pip, present everywhere)."""
-    import pip
-
-    root = Path(pip.__file__).parent / "_internal"
-    return sorted(root.rglob("*.py"))
-
-
-def train_tokenizer(docs: list[str], vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    # A newline is a token of its own, never merged with the next line's indentation: prompts such as
-    # HumanEval stubs end with a bare "\n", and a model that only ever saw "\n" fused with spaces reads a
-    # bare one as "the next line starts at column 0" and writes unindented code.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split("\n", behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(docs, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=None)
 
 
 def build_model(shape: ModelShape, vocab_size: int, eos_id: int, seq_len: int):
@@ -168,14 +92,10 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train(cfg: TrainConfig, out: Path, log=print) -> dict:
+def tokenized_corpus(cfg: TrainConfig, log):
+    """The corpus, its tokenizer (trained here, or the continued run's) and all of it as one id stream."""
     import torch
-    import torch.nn.functional as F
 
-    started = time.perf_counter()
-    previous = json.loads((Path(cfg.init) / "training.json").read_text()) if cfg.init else None
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
     docs = load_corpus(cfg.max_corpus_chars)
     log(f"corpus: {len(docs)} files, {sum(map(len, docs)):,} chars")
     if cfg.init:
@@ -189,63 +109,71 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     for doc in docs:
         ids.extend(tokenizer(doc)["input_ids"])
         ids.append(eos_id)
-    data = torch.tensor(ids, dtype=torch.long)
-    chars_per_token = sum(map(len, docs)) / len(ids)
-    log(f"tokens: {len(ids):,} ({chars_per_token:.2f} chars/token)")
+    log(f"tokens: {len(ids):,} ({sum(map(len, docs)) / len(ids):.2f} chars/token)")
+    return docs, tokenizer, torch.tensor(ids, dtype=torch.long)
+
+
+def initial_models(cfg: TrainConfig, vocab_size: int, eos_id: int):
+    import torch
 
     if cfg.init:
         from transformers import AutoModelForCausalLM
 
-        target, draft = (AutoModelForCausalLM.from_pretrained(Path(cfg.init) / name, dtype=torch.float32)
-                         for name in ("target", "draft"))
-    else:
-        target = build_model(cfg.target, len(tokenizer), eos_id, cfg.seq_len)
-        draft = build_model(cfg.draft, len(tokenizer), eos_id, cfg.seq_len)
-    trains = {"target": "target" in cfg.models, "draft": "draft" in cfg.models}
-    target.train(trains["target"])
-    draft.train(trains["draft"])
-    opts = {
-        name: torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
-        for name, model in (("target", target), ("draft", draft)) if trains[name]
-    }
-    gen = torch.Generator().manual_seed(cfg.seed)
+        return tuple(AutoModelForCausalLM.from_pretrained(Path(cfg.init) / name, dtype=torch.float32)
+                     for name in ("target", "draft"))
+    return (build_model(cfg.target, vocab_size, eos_id, cfg.seq_len),
+            build_model(cfg.draft, vocab_size, eos_id, cfg.seq_len))
 
-    def autocast():
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16)
-    history = []
-    curve = []  # held-out figures as training goes: shows whether more steps would still help
 
-    def check_heldout(step: int) -> None:
-        from .pair_card import heldout_figures
+class PairTrainer:
+    """Both models on the same batches: the target on the data, the draft on the data and on the target's
+    (detached) next-token distribution. Models not in cfg.models stay frozen."""
 
-        target.eval()
-        draft.eval()
-        figures = heldout_figures(target, draft, tokenizer, cfg.eval_chars)
-        target.train(trains["target"])
-        draft.train(trains["draft"])
-        curve.append({"step": step, **figures})
-        log(json.dumps({"heldout": curve[-1]}))
+    def __init__(self, cfg: TrainConfig, target, draft, data):
+        import torch
 
-    for step in range(cfg.steps):
-        starts = torch.randint(0, len(data) - cfg.seq_len - 1, (cfg.batch_size,), generator=gen)
-        batch = torch.stack([data[s : s + cfg.seq_len + 1] for s in starts.tolist()])
-        inputs, labels = batch[:, :-1], batch[:, 1:]
+        self.cfg, self.target, self.draft, self.data = cfg, target, draft, data
+        self.trains = {"target": "target" in cfg.models, "draft": "draft" in cfg.models}
+        self.train_mode()
+        self.opts = {
+            name: torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
+            for name, model in (("target", target), ("draft", draft)) if self.trains[name]
+        }
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+
+    def train_mode(self) -> None:
+        self.target.train(self.trains["target"])
+        self.draft.train(self.trains["draft"])
+
+    def batch(self):
+        import torch
+
+        cfg = self.cfg
+        starts = torch.randint(0, len(self.data) - cfg.seq_len - 1, (cfg.batch_size,), generator=self.gen)
+        batch = torch.stack([self.data[s : s + cfg.seq_len + 1] for s in starts.tolist()])
+        return batch[:, :-1], batch[:, 1:]  # inputs, labels: (B, T) each
+
+    def step(self, step: int) -> dict:
+        import torch
+        import torch.nn.functional as F
+
+        cfg = self.cfg
+        inputs, labels = self.batch()
         lr = lr_at(step, cfg)
-        for opt in opts.values():
+        for opt in self.opts.values():
             for group in opt.param_groups:
                 group["lr"] = lr
-
-        with torch.set_grad_enabled(trains["target"]), autocast():
-            target_logits = target(input_ids=inputs).logits  # (B, T, V)
+        autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16)  # noqa: E731
+        with torch.set_grad_enabled(self.trains["target"]), autocast():
+            target_logits = self.target(input_ids=inputs).logits  # (B, T, V)
         target_logits = target_logits.float()
         target_loss = F.cross_entropy(target_logits.flatten(0, 1), labels.flatten())
-        if trains["target"]:
+        if self.trains["target"]:
             target_loss.backward()
-
         row = {"step": step, "target_ce": target_loss.item()}
-        if trains["draft"]:
+        if self.trains["draft"]:
             with autocast():
-                draft_logits = draft(input_ids=inputs).logits.float()
+                draft_logits = self.draft(input_ids=inputs).logits.float()
             draft_ce = F.cross_entropy(draft_logits.flatten(0, 1), labels.flatten())
             teacher = F.log_softmax(target_logits.detach().flatten(0, 1), dim=-1)
             student = F.log_softmax(draft_logits.flatten(0, 1), dim=-1)
@@ -253,38 +181,58 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
             draft_loss = (1 - cfg.distill_weight) * draft_ce + cfg.distill_weight * distill
             draft_loss.backward()
             row["draft_ce"] = draft_ce.item()
-
-        for name, opt in opts.items():
-            model = target if name == "target" else draft
+        for name, opt in self.opts.items():
+            model = self.target if name == "target" else self.draft
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
-        if step % 25 == 0 or step == cfg.steps - 1:
-            elapsed = time.perf_counter() - started
-            row.update(lr=lr, elapsed_s=round(elapsed, 1))
-            history.append(row)
-            log(json.dumps(row))
-        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step == cfg.steps - 1):
-            check_heldout(step + 1)
+        row["lr"] = lr
+        return row
 
-    wall = time.perf_counter() - started
+    def heldout(self, tokenizer) -> dict:
+        self.target.eval()
+        self.draft.eval()
+        figures = heldout_figures(self.target, self.draft, tokenizer, self.cfg.eval_chars)
+        self.train_mode()
+        return figures
+
+
+def save_pair(out: Path, target, draft, tokenizer, eos_id: int) -> None:
+    import torch
+
     out.mkdir(parents=True, exist_ok=True)
     for name, model in (("target", target), ("draft", draft)):
-        folder = out / name
         model.generation_config.eos_token_id = eos_id
         model.generation_config.pad_token_id = eos_id
         model.generation_config.bos_token_id = eos_id
-        model.to(torch.bfloat16).save_pretrained(folder)  # 16-bit on disk keeps the pair small
-        tokenizer.save_pretrained(folder)
-    summary = {
-        "config": asdict(cfg),
-        "corpus_files": len(docs),
-        "corpus_chars": sum(map(len, docs)),
-        "corpus_tokens": len(ids),
-        "wall_s": round(wall, 1),
-        "history": history,
-        "heldout_curve": curve,
-    }
+        model.to(torch.bfloat16).save_pretrained(out / name)  # 16-bit on disk keeps the pair small
+        tokenizer.save_pretrained(out / name)
+
+
+def train(cfg: TrainConfig, out: Path, log=print) -> dict:
+    import torch
+
+    started = time.perf_counter()
+    previous = json.loads((Path(cfg.init) / "training.json").read_text()) if cfg.init else None
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    docs, tokenizer, data = tokenized_corpus(cfg, log)
+    eos_id = tokenizer.convert_tokens_to_ids(EOS)
+    trainer = PairTrainer(cfg, *initial_models(cfg, len(tokenizer), eos_id), data)
+    history = []
+    curve = []  # held-out figures as training goes: shows whether more steps would still help
+    for step in range(cfg.steps):
+        row = trainer.step(step)
+        if step % 25 == 0 or step == cfg.steps - 1:
+            history.append({**row, "elapsed_s": round(time.perf_counter() - started, 1)})
+            log(json.dumps(history[-1]))
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step == cfg.steps - 1):
+            curve.append({"step": step + 1, **trainer.heldout(tokenizer)})
+            log(json.dumps({"heldout": curve[-1]}))
+    wall = time.perf_counter() - started
+    save_pair(out, trainer.target, trainer.draft, tokenizer, eos_id)
+    summary = {"config": asdict(cfg), "corpus_files": len(docs), "corpus_chars": sum(map(len, docs)),
+               "corpus_tokens": len(data), "wall_s": round(wall, 1), "history": history, "heldout_curve": curve}
     if previous:  # the run this one continued, so the card can give the whole story
         summary["previous"] = previous
     (out / "training.json").write_text(json.dumps(summary, indent=1))
@@ -293,7 +241,7 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "assets" / "models")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "assets" / "models")
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus (CI)")

@@ -1,8 +1,8 @@
 """Measure the embedded pair and write its model card (assets/models/README.md).
 
-    python -m ouroboros_core.pair_card            # after train_pair; prints the figures as JSON too
+    python -m ouroboros_core.tools.pair_card            # after train_pair; prints the figures as JSON too
 
-Held-out text is Python that is not in the training corpus (pip's own source, see train_pair.heldout_files).
+Held-out text is Python that is not in the training corpus (pip's own source, see corpus.heldout_files).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .train_pair import EOS, heldout_files
+from .corpus import EOS, heldout_files
 
 MODELS = Path(__file__).resolve().parent.parent / "assets" / "models"
 HELDOUT_GOAL = 1.4  # bits/char the target must reach on the held-out text (issue 3)
@@ -68,7 +68,7 @@ def one_token_latency_ms(models: dict, context: int = 200, rounds: int = 8, repe
     The models take turns, a few forwards each per round, so a ratio of two medians compares them on the
     same machine state (a 2-core CPU drifts by tens of percent over a minute). The first round warms up.
     """
-    from .cache import new_cache, truncate
+    from ..cache import new_cache, truncate
 
     caches, ids, times = {}, {}, {name: [] for name in models}
     for name, model in models.items():
@@ -227,7 +227,7 @@ def card(figures: dict, training: dict) -> str:
     return f"""# The embedded demo pair
 
 Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer, trained by
-`python -m ouroboros_core.train_pair` for this demo. They write Python. Load either folder with
+`python -m ouroboros_core.tools.train_pair` for this demo. They write Python. Load either folder with
 `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained` alone.
 
 | | target | draft |
@@ -261,7 +261,7 @@ Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer,
 {targets(f)}
 
 {learning_curve(training)}
-Measured by `python -m ouroboros_core.pair_card` on {f['machine']}.
+Measured by `python -m ouroboros_core.tools.pair_card` on {f['machine']}.
 """
 
 
@@ -272,7 +272,7 @@ def main(argv=None) -> None:
     parser.add_argument("--humaneval-limit", type=int, default=None)
     parser.add_argument("--training", type=Path, help="training.json of the run (default: MODELS/training.json)")
     args = parser.parse_args(argv)
-    from .models import load_engine
+    from ..models import load_engine
     import platform
 
     engine = load_engine(str(args.models / "target"), str(args.models / "draft"), "cpu")

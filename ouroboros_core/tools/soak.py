@@ -1,8 +1,8 @@
 """Load and soak the demo app on loopback: many visitors at once, a long run of requests, a full queue.
 
-    python -m ouroboros_core.soak                      # starts app.py on a free loopback port, full scale
-    python -m ouroboros_core.soak --clients 3 --requests 2 --soak 20 --queue-size 4   # a small run (CI)
-    python -m ouroboros_core.soak --url http://127.0.0.1:7860/ --pid 1234            # an app already running
+    python -m ouroboros_core.tools.soak                      # starts app.py on a free loopback port, full scale
+    python -m ouroboros_core.tools.soak --clients 3 --requests 2 --soak 20 --queue-size 4   # a small run (CI)
+    python -m ouroboros_core.tools.soak --url http://127.0.0.1:7860/ --pid 1234            # an app already running
 
 Phases, each checked:
 1. alone: every prompt once, one after another: the reference outputs;
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 ORDER_MARGIN_S = 0.3  # requests that joined closer together than this are not judged for order
 BUSY_WORDS = "queue is full"
@@ -256,7 +256,7 @@ def report(figures: Figures, seconds: float) -> dict:
             "failure_details": figures.failures}
 
 
-def main(argv=None) -> int:
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="an app already running on loopback (default: start app.py)")
     parser.add_argument("--pid", type=int, help="the running app's process id, for its memory (with --url)")
@@ -276,7 +276,41 @@ def main(argv=None) -> int:
         parser.error("--clients must not exceed --queue-size (the concurrent phase must fit in the queue)")
     if args.url and (urlparse(args.url).hostname or "") not in LOOPBACK:
         parser.error(f"--url must be a loopback address ({', '.join(sorted(LOOPBACK))}); got {args.url}")
+    return args
 
+
+def run_phases(args, url: str, pid: int | None, figures: Figures, deadline: Deadline) -> None:
+    def phase(name, run):
+        if deadline.passed():
+            figures.check(f"{name}: ran before --max-seconds", False, "time is up")
+            return None
+        print(f"phase {name}...", flush=True)
+        phase_started = time.perf_counter()
+        result = run()
+        print(f"phase {name}: {time.perf_counter() - phase_started:.1f} s", flush=True)
+        return result
+
+    prompts = prompts_for(args.prompts)
+    reference = phase("alone", lambda: phase_alone(url, prompts, args.max_new_tokens, figures, deadline)) or {}
+    phase("concurrent", lambda: phase_concurrent(url, prompts, reference, args.clients, args.requests,
+                                                 args.max_new_tokens, figures, deadline))
+    phase("soak", lambda: phase_soak(url, pid, prompts[0], args.soak, args.max_new_tokens, figures, deadline))
+    phase("busy", lambda: phase_busy(url, args.queue_size, prompts[0], 64, figures, deadline))
+
+
+def print_report(out: dict, figures: Figures) -> None:
+    print("\n| figure | value |\n|---|---|")
+    for key, value in out.items():
+        if key not in ("checks", "failure_details"):
+            print(f"| {key} | {value} |")
+    for name, ok in figures.checks.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name}")
+    for failure in figures.failures:
+        print(f"failure: {failure}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     deadline = Deadline(args.max_seconds)
     started = time.perf_counter()
     process = None
@@ -287,23 +321,7 @@ def main(argv=None) -> int:
         pid = process.pid
     figures = Figures()
     try:
-        prompts = prompts_for(args.prompts)
-
-        def phase(name, run):
-            if deadline.passed():
-                figures.check(f"{name}: ran before --max-seconds", False, "time is up")
-                return None
-            print(f"phase {name}...", flush=True)
-            phase_started = time.perf_counter()
-            result = run()
-            print(f"phase {name}: {time.perf_counter() - phase_started:.1f} s", flush=True)
-            return result
-
-        reference = phase("alone", lambda: phase_alone(url, prompts, args.max_new_tokens, figures, deadline)) or {}
-        phase("concurrent", lambda: phase_concurrent(url, prompts, reference, args.clients, args.requests,
-                                                     args.max_new_tokens, figures, deadline))
-        phase("soak", lambda: phase_soak(url, pid, prompts[0], args.soak, args.max_new_tokens, figures, deadline))
-        phase("busy", lambda: phase_busy(url, args.queue_size, prompts[0], 64, figures, deadline))
+        run_phases(args, url, pid, figures, deadline)
     finally:
         if process is not None:
             process.terminate()
@@ -313,14 +331,7 @@ def main(argv=None) -> int:
                 process.kill()
             Path(app_log).unlink(missing_ok=True)
     out = report(figures, time.perf_counter() - started)
-    print("\n| figure | value |\n|---|---|")
-    for key, value in out.items():
-        if key not in ("checks", "failure_details"):
-            print(f"| {key} | {value} |")
-    for name, ok in figures.checks.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {name}")
-    for failure in figures.failures:
-        print(f"failure: {failure}")
+    print_report(out, figures)
     if args.out:
         args.out.write_text(json.dumps(out, indent=1))
     return 0 if not figures.failures else 1

@@ -1,0 +1,108 @@
+"""How the code is laid out, checked so it stays that way: the engine imports no UI and none of its
+workbench, no import goes round in a circle, and no module or function outgrows a reader's head."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE = ROOT / "ouroboros_core"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def python_files() -> list[Path]:
+    return sorted(p for p in ROOT.rglob("*.py") if not {".git", "build", "out"} & set(p.relative_to(ROOT).parts))
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, root: Path = ROOT) -> set[str]:
+    """Every module `path` imports, at the top or inside a function, relative imports resolved."""
+    package = module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module:
+                found.add(module)
+            found.update(f"{module}.{alias.name}" if module else alias.name for alias in node.names)  # `from . import x` names a module
+    return found
+
+
+def engine_graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in ENGINE.rglob("*.py")}
+    return {name: {m for m in imports_of(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def test_no_import_circle_inside_the_engine():
+    graph = engine_graph()
+    assert "ouroboros_core.engine" in graph and graph["ouroboros_core.engine"], "the graph reads no imports"
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for other in sorted(graph[node]):
+            if other == "ouroboros_core" or (node == "ouroboros_core" and other.count(".") == 1):
+                continue  # the package's __init__ re-exports its modules; they never import it back
+            if state.get(other) == 1:
+                pytest.fail("import circle: " + " -> ".join(path[path.index(other):] + [other]))
+            if other not in state:
+                visit(other, path + [other])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_the_engine_imports_neither_gradio_nor_the_app_nor_its_workbench():
+    for path in ENGINE.rglob("*.py"):
+        name = module_name(path)
+        imported = imports_of(path)
+        roots = {m.split(".")[0] for m in imported}
+        if name.startswith("ouroboros_core.tools"):
+            # The workbench may talk to a running app as any client does (the soak), never import it.
+            assert not roots & {"gradio", "app", "ui"}, f"{name} imports the app"
+            continue
+        assert not roots & {"gradio", "gradio_client", "app", "ui"}, f"{name} imports the UI"
+        if name != "ouroboros_core.__main__":  # the CLI's bench command runs the workbench's benchmark
+            assert not any(m.startswith("ouroboros_core.tools") for m in imported), f"{name} imports the workbench"
+
+
+def test_no_module_is_too_long():
+    long = {str(p.relative_to(ROOT)): n for p in python_files() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_function_is_too_long():
+    long = {f"{path.relative_to(ROOT)}:{name}": lines for path in python_files()
+            for name, lines in function_lengths(path.read_text()).items() if lines > MAX_FUNCTION_LINES}
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def function_lengths(source: str) -> dict[str, int]:
+    return {node.name: node.end_lineno - node.lineno + 1 for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def test_the_readers_see_relative_imports_and_count_lines(tmp_path):
+    # The checks above must be able to fail: a relative import inside a function is read and resolved,
+    # and a 71-line function is counted as 71 lines.
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from .b import g\n    from .. import other\n")
+    assert {"pkg.b", "pkg.b.g", "other"} <= imports_of(package / "a.py", tmp_path)
+    assert function_lengths("def f():\n" + "    x = 1\n" * 70) == {"f": 71}

@@ -1,0 +1,79 @@
+"""Everything a visitor sends, checked before it reaches the device; and the shield that turns anything
+unexpected into a short message for the visitor and a logged traceback for the host."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass
+
+import gradio as gr
+
+# The Ouroboros knobs a visitor may set and their bounds: the sliders' ranges, checked again on the server.
+KNOBS = {"gamma": (1, 16, "gamma (minimum draft length)"), "window": (0, 32, "window W (lookahead columns)"),
+         "ngram": (2, 8, "n-gram size N"), "branches": (0, 8, "branches k")}
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")  # C0/C1 controls, except tab, newlines, form feed
+UNEXPECTED = "Something went wrong on the server; it has been logged. Please try again."
+log = logging.getLogger("ouroboros.app")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_new_tokens: int = 512  # the most tokens a visitor may ask for
+    max_prompt_chars: int = 8000
+
+    @classmethod
+    def from_env(cls) -> "Limits":
+        """The host's limits (a Space's variables); nothing on the page can change them."""
+        return cls(int(os.environ.get("OUROBOROS_MAX_NEW_TOKENS", "512")),
+                   int(os.environ.get("OUROBOROS_MAX_PROMPT_CHARS", "8000")))
+
+
+def check_prompt(prompt, max_chars: int) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise gr.Error("Prompt is empty: type some code or pick an example.")
+    if len(prompt) > max_chars:
+        raise gr.Error(f"Prompt is {len(prompt):,} characters; this demo takes at most {max_chars:,}.")
+    found = CONTROL.search(prompt)  # lone surrogates are the engine's to refuse, for every caller
+    if found:
+        raise gr.Error(f"Prompt has a control character (U+{ord(found.group()):04X}) at character "
+                       f"{found.start()}; only printable text, tabs and newlines are accepted.")
+    return prompt
+
+
+def check_whole(label: str, value, low: int, high: int) -> int:
+    """A whole number in [low, high] from the page or the API (sliders send floats like 3.0)."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and value == int(value) and low <= value <= high)
+    if not ok:
+        raise gr.Error(f"{label} must be a whole number from {low} to {high}, got {value!r}.")
+    return int(value)
+
+
+def check_request(prompt, max_new_tokens, knobs: dict | None, limits: Limits) -> tuple[str, int, dict]:
+    """The prompt, max new tokens and the Ouroboros options of a request, or a gr.Error naming the limit."""
+    prompt = check_prompt(prompt, limits.max_prompt_chars)
+    max_new_tokens = check_whole("Max new tokens", max_new_tokens, 1, limits.max_new_tokens)
+    options = {}
+    for name, value in (knobs or {}).items():
+        if value is not None:  # None: the engine's default
+            low, high, label = KNOBS[name]
+            options[name] = check_whole(label, value, low, high)
+    return prompt, max_new_tokens, options
+
+
+def shielded(handler):
+    """Visitors see our own messages (gr.Error) and never a traceback; anything else is logged here."""
+    @functools.wraps(handler)
+    def wrapper(*args, **kwargs):
+        try:
+            yield from handler(*args, **kwargs)
+        except gr.Error:
+            raise
+        except Exception:
+            log.exception("request failed")
+            raise gr.Error(UNEXPECTED) from None
+    return wrapper

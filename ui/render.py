@@ -1,0 +1,101 @@
+"""Rendering: pure functions from race lanes (ouroboros_core.race.Lane) to the page's HTML, Markdown and chart
+data. No Gradio here, so each piece is tested on its own and the handlers only choose what to redraw."""
+
+from __future__ import annotations
+
+import html
+
+from ouroboros_core.race import Lane
+
+LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative (draft model)",
+               "ouroboros": "Ouroboros"}
+TIMING_NOTE = ("Each lane's clock counts only its own compute: the lanes take turns on the one device, the "
+               "lane that is behind on its own clock always goes next, and every clock reads "
+               "time.perf_counter (device synchronised) around its own steps, as if it ran alone.")
+LEGEND = ('<div class="legend">'
+          '<span class="tok tok-draft">accepted from the draft model</span>'
+          '<span class="tok tok-pool">accepted from a pool phrase</span>'
+          '<span class="tok tok-prompt">accepted by prompt lookup</span>'
+          '<span class="tok tok-target">the target\'s own token</span>'
+          '<s class="tok-rejected">drafted, rejected</s></div>')
+
+
+def token_spans(tokens, colour: bool) -> str:
+    if not colour:
+        return html.escape("".join(t.text for t in tokens))
+    return "".join(f'<span class="tok tok-{t.source.value}">{html.escape(t.text)}</span>' for t in tokens)
+
+
+def lane_html(lane: Lane, colour: bool) -> str:
+    body = token_spans(lane.committed, colour)
+    if lane.rejected and colour:
+        rejected = html.escape("".join(t.text for t in lane.rejected))
+        body += f'<s class="tok-rejected" title="drafted, rejected by the target">{rejected}</s>'
+    if lane.done is None:
+        body += '<span class="cursor">▌</span>'
+    return f'<pre class="lane-text">{body}</pre>'
+
+
+def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
+    parts = [f"<b>{lane.clock_s:.2f} s</b>", f"{lane.tokens} tokens", f"<b>{lane.tokens_per_second:.1f} tok/s</b>"]
+    if lane.method != "vanilla":
+        if vanilla is not None and vanilla.tokens_per_second > 0 and lane.tokens:
+            parts.append(f"<b>{lane.tokens_per_second / vanilla.tokens_per_second:.2f}x</b> vanilla")
+        if lane.steps:
+            parts.append(f"{lane.tokens / lane.steps:.2f} tokens/forward")
+        if lane.drafted:
+            parts.append(f"{lane.accepted / lane.drafted:.0%} accepted")
+    state = "done" if lane.done else "running"
+    return f'<div class="lane-stats {state}">' + " · ".join(parts) + "</div>"
+
+
+def lane_parts(lanes: dict[str, Lane], method: str, colour: bool) -> list[str]:
+    """A lane's text box and its stats line ("" and "" for a lane not in this race)."""
+    lane = lanes.get(method)
+    if lane is None:
+        return ["", ""]
+    title = f"<h3>{LANE_TITLES[method]}</h3>" if method == "speculative" else ""
+    return [title + lane_html(lane, colour and method != "vanilla"), lane_stats(lane, lanes.get("vanilla"))]
+
+
+def badge_html(lanes: dict[str, Lane]) -> str:
+    if any(lane.done is None for lane in lanes.values()):
+        return ""
+    reasons = {lane.done.stop_reason for lane in lanes.values()}
+    if "cancelled" in reasons:
+        return '<div class="badge stopped">Stopped.</div>'
+    outputs = {m: lane.done.token_ids for m, lane in lanes.items()}
+    reference = outputs["vanilla"]
+    for method, ids in outputs.items():
+        if ids != reference:
+            at = next((i for i, (a, b) in enumerate(zip(ids, reference)) if a != b), min(len(ids), len(reference)))
+            return (f'<div class="badge differ">Outputs differ: {html.escape(method)} departs from vanilla at '
+                    f"token {at}. This is a bug.</div>")
+    return f'<div class="badge same">Identical outputs: {len(reference)} tokens, token for token.</div>'
+
+
+def summary_markdown(lanes: dict[str, Lane]) -> str:
+    if any(lane.done is None for lane in lanes.values()):
+        return ""
+    vanilla = lanes["vanilla"].done.stats
+    rows = ["| lane | seconds | tokens | tok/s | speedup | tokens/forward | acceptance |", "|---|---|---|---|---|---|---|"]
+    for method, lane in lanes.items():
+        s = lane.done.stats
+        speedup = s.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
+        accept = f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-"
+        rows.append(f"| {LANE_TITLES[method]} | {s.seconds:.2f} | {s.new_tokens} | {s.tokens_per_second:.1f} | "
+                    f"{speedup:.2f}x | {s.tokens_per_forward:.2f} | {accept} |")
+    return "\n".join(rows)
+
+
+def chart_frame(lanes: dict[str, Lane]):
+    """Tokens over each lane's own clock, one row per step: (seconds, tokens, lane)."""
+    import pandas as pd
+
+    rows = [(t, n, LANE_TITLES[m]) for m, lane in lanes.items() for t, n in lane.trace]
+    return pd.DataFrame(rows, columns=["seconds", "tokens", "lane"])
+
+
+def race_log_line(lanes: dict[str, Lane]) -> str:
+    return ", ".join(f"{m} {lane.tokens} tokens {lane.done.stop_reason if lane.done else 'unfinished'} "
+                     f"{lane.clock_s:.2f} s" for m, lane in lanes.items())
