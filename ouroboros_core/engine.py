@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, fields
 from typing import Iterator
 
 import torch
-
 from transformers import DynamicCache
 
 from .cache import cache_length, keep_span, new_cache, truncate
@@ -70,6 +69,7 @@ class Request:
     forwards: int = 0
     drafted: int = 0
     accepted: int = 0
+    rejected_steps: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
     compute_s: float = 0.0  # whole steps, loop overhead included
@@ -79,17 +79,18 @@ class Request:
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.new_ids)
 
-    def count_step(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+    def count_step(self, drafted: int, accepted: int, rejected: bool, draft_s: float, verify_s: float) -> None:
         self.forwards += 1
         self.drafted += drafted
         self.accepted += accepted
+        self.rejected_steps += rejected
         self.draft_s += draft_s
         self.verify_s += verify_s
 
     def done(self) -> DoneEvent:
         stats = Stats(new_tokens=len(self.new_ids), target_forwards=self.forwards, drafted_tokens=self.drafted,
                       accepted_tokens=self.accepted, seconds=self.compute_s, draft_seconds=self.draft_s,
-                      verify_seconds=self.verify_s)
+                      verify_seconds=self.verify_s, rejected_steps=self.rejected_steps)
         text = self.pieces.finish()
         if self.stop_reason == "cancelled":  # stopped between steps: an unfinished character stays out
             text = text[: self.pieces.emitted]
@@ -326,7 +327,8 @@ class Engine:
                     target_token = last
                 else:
                     accepted = accepted[:-1] + [last]
-        request.count_step(len(walked.path), len(accepted), drafted_at - started, verified_at - drafted_at)
+        request.count_step(len(walked.path), len(accepted), bool(walked.rejected), drafted_at - started,
+                           verified_at - drafted_at)
         request.compute_s += time.perf_counter() - started
         return StepEvent(
             index=request.forwards - 1,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import Enum
 
+from .theory import per_token_acceptance
+
 
 class Source(str, Enum):
     """How a committed or drafted token came to be."""
@@ -31,6 +33,7 @@ class Stats:
     seconds: float
     draft_seconds: float
     verify_seconds: float
+    rejected_steps: int = 0  # steps in which the target rejected a drafted token on the walked path
 
     @property
     def tokens_per_forward(self) -> float:
@@ -41,6 +44,11 @@ class Stats:
         return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
 
     @property
+    def per_token_acceptance(self) -> float:
+        """The chance each drafted token stands given the ones before it did (theory.per_token_acceptance)."""
+        return per_token_acceptance(self.accepted_tokens, self.rejected_steps)
+
+    @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
@@ -49,6 +57,7 @@ class Stats:
             **asdict(self),
             "tokens_per_forward": round(self.tokens_per_forward, 4),
             "acceptance_rate": round(self.acceptance_rate, 4),
+            "per_token_acceptance": round(self.per_token_acceptance, 4),
             "tokens_per_second": round(self.tokens_per_second, 3),
         }
 

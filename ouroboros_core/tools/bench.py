@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
-from ..config import ConfigError, OuroborosConfig
+from ..config import ConfigError, OuroborosConfig, SpeculativeConfig
+from ..theory import expected_speedup, expected_tokens_per_forward, per_token_acceptance
 
 REFERENCE = "hf_greedy"
 HF_METHODS = {
@@ -68,6 +69,7 @@ class MethodRun:
     forwards: int = 0
     drafted: int = 0
     accepted: int = 0
+    rejected_steps: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
     mismatches: list[dict] = field(default_factory=list)
@@ -134,6 +136,7 @@ def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: i
                 run.forwards += stats.target_forwards
                 run.drafted += stats.drafted_tokens
                 run.accepted += stats.accepted_tokens
+                run.rejected_steps += stats.rejected_steps
                 run.draft_s += stats.draft_seconds
                 run.verify_s += stats.verify_seconds
             if ref_tokens is not None and method != REFERENCE:
@@ -185,12 +188,8 @@ def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int
                 "mismatch_detail": run.mismatches[:10],
             })
         if method == "speculative" and run.drafted and run.forwards:
-            gamma = options.get("speculative", {}).get("gamma", 4)
-            a = min(run.accepted / run.drafted, 0.999)
-            # c: one draft forward's cost over one target forward's (speculative drafts one token per forward).
-            c = (run.draft_s / run.drafted) / (run.verify_s / run.forwards)
-            row["expected_speedup"] = round((1 - a ** (gamma + 1)) / ((1 - a) * (gamma * c + 1)), 3)
-            row["cost_ratio_c"] = round(c, 3)
+            gamma = options.get("speculative", {}).get("gamma", SpeculativeConfig().gamma)
+            row.update(expected_speculative(run, gamma))
         rows[method] = row
     return {
         "machine": machine_description(engine),
@@ -200,6 +199,16 @@ def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int
         "options": options,
         "methods": rows,
     }
+
+
+def expected_speculative(run: MethodRun, gamma: int) -> dict:
+    """The speedup the draft-model formula predicts from this run's own per-token acceptance and costs."""
+    a = per_token_acceptance(run.accepted, run.rejected_steps)
+    # c: one draft forward's cost over one target forward's (speculative drafts one token per forward).
+    c = (run.draft_s / run.drafted) / (run.verify_s / run.forwards)
+    return {"per_token_acceptance": round(a, 3), "cost_ratio_c": round(c, 3),
+            "expected_tokens_per_forward": round(expected_tokens_per_forward(a, gamma), 3),
+            "expected_speedup": round(expected_speedup(a, gamma, c), 3)}
 
 
 def machine_description(engine) -> str:

@@ -1,0 +1,92 @@
+"""The page's rendering as pure functions of race lanes: escaping, colouring, the cursor, stats, the badge,
+the summary and the chart's data. No server, no model: lanes are built from hand-made events."""
+
+from __future__ import annotations
+
+from ouroboros_core.events import DoneEvent, Source, Stats, StepEvent, Token
+from ouroboros_core.race import Lane
+from ui.render import badge_html, chart_frame, lane_html, lane_parts, lane_stats, race_log_line, summary_markdown
+
+
+def step(index, accepted, target, rejected=(), elapsed=0.1):
+    return StepEvent(index=index, drafted=tuple(accepted) + tuple(rejected), branches=(), accepted=tuple(accepted),
+                     rejected=tuple(rejected), target_token=target, draft_ms=1.0, verify_ms=2.0, elapsed_s=elapsed)
+
+
+def done(ids, text, seconds, forwards, drafted=0, accepted=0, reason="max_new_tokens"):
+    stats = Stats(new_tokens=len(ids), target_forwards=forwards, drafted_tokens=drafted, accepted_tokens=accepted,
+                  seconds=seconds, draft_seconds=0.0, verify_seconds=seconds)
+    return DoneEvent(tuple(ids), text, stats, reason)
+
+
+def tok(i, text, source=Source.TARGET):
+    return Token(i, text, source)
+
+
+def race_lanes(ouroboros_ids=(1, 2, 3), reason="max_new_tokens"):
+    vanilla, ouroboros = Lane("vanilla"), Lane("ouroboros")
+    for i, (n, text) in enumerate(((1, "<b>"), (2, " x"), (3, "\n"))):
+        vanilla.apply(step(i, (), tok(n, text), elapsed=0.1 * (i + 1)))
+    vanilla.apply(done((1, 2, 3), "<b> x\n", 0.3, 3, reason=reason))
+    ouroboros.apply(step(0, (tok(1, "<b>", Source.PROMPT), tok(2, " x", Source.DRAFT)), tok(3, "\n"),
+                         rejected=(tok(9, "y", Source.DRAFT),), elapsed=0.1))
+    ouroboros.apply(done(ouroboros_ids, "<b> x\n", 0.1, 1, drafted=3, accepted=2, reason=reason))
+    return {"vanilla": vanilla, "ouroboros": ouroboros}
+
+
+def test_lane_text_is_escaped_and_coloured_by_source():
+    lane = Lane("ouroboros")
+    lane.apply(step(0, (tok(1, "<b>", Source.PROMPT),), tok(2, " & y"), rejected=(tok(9, "<i>", Source.DRAFT),)))
+    html = lane_html(lane, colour=True)
+    assert '<span class="tok tok-prompt">&lt;b&gt;</span>' in html
+    assert '<span class="tok tok-target"> &amp; y</span>' in html
+    assert '<s class="tok-rejected" title="drafted, rejected by the target">&lt;i&gt;</s>' in html
+    assert html.endswith('<span class="cursor">▌</span></pre>'), "a running lane shows its cursor"
+    plain = lane_html(lane, colour=False)
+    assert "tok-" not in plain and "&lt;b&gt; &amp; y" in plain
+
+
+def test_a_finished_lane_has_no_cursor_and_no_rejected_tail():
+    lanes = race_lanes()
+    html = lane_html(lanes["ouroboros"], colour=True)
+    assert "cursor" not in html and "tok-rejected" not in html
+
+
+def test_stats_give_speedup_tokens_per_forward_and_acceptance():
+    lanes = race_lanes()
+    text = lane_stats(lanes["ouroboros"], lanes["vanilla"])
+    assert "<b>3.00x</b> vanilla" in text and "3.00 tokens/forward" in text and "67% accepted" in text
+    assert "vanilla" not in lane_stats(lanes["vanilla"], lanes["vanilla"]).replace("lane-stats", "")
+
+
+def test_lane_parts_of_a_missing_lane_are_empty_and_speculative_gets_a_title():
+    lanes = race_lanes()
+    assert lane_parts(lanes, "speculative", True) == ["", ""]
+    lanes["speculative"] = lanes.pop("ouroboros")
+    lanes["speculative"].method = "speculative"
+    html, _ = lane_parts(lanes, "speculative", True)
+    assert html.startswith("<h3>Speculative (draft model)</h3>")
+    assert "tok-" not in lane_parts(lanes, "vanilla", True)[0], "the vanilla lane is never coloured"
+
+
+def test_badge_names_identical_differing_and_stopped_races():
+    assert "Identical outputs: 3 tokens" in badge_html(race_lanes())
+    differ = badge_html(race_lanes(ouroboros_ids=(1, 5, 3)))
+    assert "Outputs differ" in differ and "at token 1" in differ
+    assert "Stopped." in badge_html(race_lanes(reason="cancelled"))
+    running = race_lanes()
+    running["ouroboros"].done = None
+    assert badge_html(running) == "" and summary_markdown(running) == ""
+
+
+def test_summary_table_and_chart_frame():
+    lanes = race_lanes()
+    table = summary_markdown(lanes).splitlines()
+    assert table[2].startswith("| Vanilla (target alone) | 0.30 | 3 | 10.0 | 1.00x | 1.00 | - |")
+    assert table[3].startswith("| Ouroboros | 0.10 | 3 | 30.0 | 3.00x | 3.00 | 67% |")
+    frame = chart_frame(lanes)
+    assert list(frame.columns) == ["seconds", "tokens", "lane"]
+    ouroboros = frame[frame.lane == "Ouroboros"]
+    assert ouroboros.tokens.tolist() == [0, 3] and ouroboros.seconds.tolist() == [0.0, 0.1]
+    assert len(chart_frame({})) == 0
+    assert race_log_line(lanes) == "vanilla 3 tokens max_new_tokens 0.30 s, ouroboros 3 tokens max_new_tokens 0.10 s"
