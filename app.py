@@ -18,7 +18,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from ouroboros_core import ConfigError, LoadError, OuroborosConfig
+from ouroboros_core import ConfigError, LoadError, OuroborosConfig, OutputVerdict
 from ouroboros_core.race import Lane, race
 from ui.guard import KNOBS, UNEXPECTED, Limits, check_request, shielded  # noqa: F401  (UNEXPECTED: tests)
 from ui.render import (LANE_TITLES, LEGEND, TIMING_NOTE, badge_html, chart_frame, lane_parts, race_log_line,
@@ -56,7 +56,8 @@ def get_engine():
 
             # Settings come from the environment of the host (a Space's variables), never from the page.
             _engine = load_engine(os.environ.get("OUROBOROS_TARGET") or os.environ.get("OUROBOROS_PRESET"),
-                                  os.environ.get("OUROBOROS_DRAFT"), os.environ.get("OUROBOROS_DEVICE"))
+                                  os.environ.get("OUROBOROS_DRAFT"), os.environ.get("OUROBOROS_DEVICE"),
+                                  dtype=os.environ.get("OUROBOROS_DTYPE") or None)
             _engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
         return _engine
 
@@ -73,10 +74,20 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools):
     return itertools.chain([first], updates)
 
 
-def render(lanes: dict[str, Lane], colour: bool, chart: bool = True):
+def race_verdicts(prompt: str, lanes: dict[str, Lane]) -> dict[str, OutputVerdict]:
+    """Each drafting lane's output against vanilla's, once every lane has finished (not when stopped)."""
+    if any(lane.done is None or lane.done.stop_reason == "cancelled" for lane in lanes.values()):
+        return {}
+    reference = lanes["vanilla"].done.token_ids
+    return {method: get_engine().verdict(prompt, reference, lane.done.token_ids)
+            for method, lane in lanes.items() if method != "vanilla"}
+
+
+def render(lanes: dict[str, Lane], colour: bool, chart: bool = True, verdicts: dict | None = None):
     """The outputs' new values; chart=False leaves the chart as it is (it is the costly one to redraw)."""
     out = [part for method in ("vanilla", "ouroboros", "speculative") for part in lane_parts(lanes, method, colour)]
-    return out + [chart_frame(lanes) if chart else gr.skip(), badge_html(lanes), summary_markdown(lanes)]
+    return out + [chart_frame(lanes) if chart else gr.skip(), badge_html(lanes, verdicts),
+                  summary_markdown(lanes)]
 
 
 def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
@@ -115,7 +126,7 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, with_specula
                 last_text, last_chart = now, now if chart else last_chart
                 yield render(lanes, colour, chart)
         if lanes is not None:
-            yield render(lanes, colour)
+            yield render(lanes, colour, verdicts=race_verdicts(prompt, lanes))
     finally:
         log_race(who, lanes)
 
@@ -128,8 +139,10 @@ API_EVERY_S = 0.25
 def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, window: int | None = None,
              ngram: int | None = None, branches: int | None = None) -> Iterator[dict]:
     """Race vanilla and Ouroboros on one prompt. Streams {method: {text, token_ids, stop_reason, stats}}
-    (stop_reason and stats are None until a lane is done); the last message is the finished race.
-    gamma, window, ngram, branches: Ouroboros settings, None for the defaults."""
+    (stop_reason and stats are None until a lane is done); the last message is the finished race, its
+    Ouroboros lane with "verdict": {kind: "identical" | "float tie" | "mismatch", first_difference, margin}
+    against vanilla (None if the race was cut short). gamma, window, ngram, branches: Ouroboros settings,
+    None for the defaults."""
     prompt, max_new_tokens, options = check_request(
         prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
     lanes = None
@@ -140,7 +153,10 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
             if now - last >= API_EVERY_S:
                 last = now
                 yield api_result(lanes)
-        yield api_result(lanes)
+        final = api_result(lanes)
+        verdict = race_verdicts(prompt, lanes).get("ouroboros")
+        final["ouroboros"]["verdict"] = verdict.to_dict() if verdict else None
+        yield final
     finally:  # also when the client cancels: a generator left alone stops computing at once
         log_race("api", lanes)
 
@@ -254,7 +270,8 @@ def main() -> None:
         engine = get_engine()
     except LoadError as err:
         raise SystemExit(f"error: {err}") from None
-    print(f"Ready: pair {engine.name} on {engine.target.device}.", flush=True)
+    print(f"Ready: pair {engine.name} on {engine.target.device} in {str(engine.target.dtype).split('.')[-1]}.",
+          flush=True)
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     # None lets Gradio read GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them), else localhost:7860.
     port = os.environ.get("PORT")

@@ -5,8 +5,9 @@ from .engine import Engine
 from .events import DoneEvent, Result, Source, Stats, StepEvent, Token
 from .models import LoadError, load_engine
 from .pool import PhrasePool
+from .verdict import OutputVerdict
 
 __all__ = [
-    "METHODS", "ConfigError", "DoneEvent", "Engine", "LoadError", "OuroborosConfig", "PhrasePool", "Result",
+    "METHODS", "ConfigError", "DoneEvent", "Engine", "LoadError", "OuroborosConfig", "OutputVerdict", "PhrasePool", "Result",
     "SamplingConfig", "Source", "SpeculativeConfig", "Stats", "StepEvent", "Token", "load_engine",
 ]

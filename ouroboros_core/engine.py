@@ -14,6 +14,7 @@ from .config import ConfigError, OuroborosConfig, build_configs, check_int
 from .drafters import Ouroboros, Proposal, Speculative, Vanilla
 from .events import DoneEvent, Event, Result, Source, Stats, StepEvent, Token
 from .pool import PhrasePool
+from .verdict import OutputVerdict, output_verdict
 from .verify import Verdict, forward_tree, input_device, target_tokens, walk_tree
 
 
@@ -223,6 +224,11 @@ class Engine:
             else:
                 return Result(list(event.token_ids), event.text, event.stats, event.stop_reason, steps)
         raise AssertionError("stream ended without a DoneEvent")
+
+    def verdict(self, prompt: str, a, b) -> OutputVerdict:
+        """Whether two outputs (new token ids) of this target for `prompt` are identical, part at a float tie,
+        or mismatch; one extra target forward at the first difference measures the margin."""
+        return output_verdict(self.target, self.encode(prompt), list(a), list(b))
 
     def _stop_at_eos(self, proposal: Proposal) -> Proposal:
         """Nothing after an end-of-sequence token can be committed, so nothing after it is verified."""

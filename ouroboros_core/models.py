@@ -23,6 +23,9 @@ class Preset:
     draft: str
     chat: bool  # apply the tokenizer's chat template to prompts
     description: str
+    # The pair's own dtype, or None for the device's default (bfloat16 on CUDA, float32 on the CPU). The
+    # embedded pair is float32 everywhere: at 7M parameters a GPU waits on the host, so 16 bits buy only ties.
+    dtype: str | None = None
 
 
 def presets() -> dict[str, Preset]:
@@ -141,6 +144,7 @@ def load_engine(target: str | None = None, draft: str | None = None, device: str
         preset = known[target]
         target, draft = preset.target, preset.draft
         chat = preset.chat if chat is None else chat
+        dtype = preset.dtype if dtype is None else dtype
     elif draft is None:
         raise LoadError(f"target {target!r} is not a preset ({', '.join(known)}), so a draft is needed too")
     resolved_device = pick_device(None if device == "auto" else device)

@@ -167,3 +167,17 @@ def test_trained_tokenizer_keeps_newlines_apart_from_indentation():
     stub = 'def f(x):\n    """Doc."""\n'
     assert tokenizer(stub + "    return x\n")["input_ids"][: len(tokenizer(stub)["input_ids"])] == \
         tokenizer(stub)["input_ids"]
+
+
+def test_a_preset_names_its_dtype_and_a_bad_dtype_is_a_clear_error(monkeypatch):
+    import ouroboros_core.models as models_module
+
+    assert presets()["demo"].dtype == "float32"
+    asked = []
+    real = models_module.pick_dtype
+    monkeypatch.setattr(models_module, "pick_dtype", lambda dtype, device: asked.append(dtype) or real(dtype, device))
+    assert load_engine().target.dtype == torch.float32
+    assert load_engine(dtype="bfloat16").target.dtype == torch.bfloat16  # an explicit choice overrides the preset
+    assert asked == ["float32", "bfloat16"], "the embedded pair is float32 on every device, CUDA included"
+    with pytest.raises(LoadError, match="dtype must be one of float32, bfloat16, float16, got 'float64'"):
+        load_engine(dtype="float64")

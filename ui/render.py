@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from ouroboros_core.race import Lane
+from ouroboros_core.verdict import OutputVerdict, explain, first_difference
 
 LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative (draft model)",
                "ouroboros": "Ouroboros"}
@@ -58,19 +59,28 @@ def lane_parts(lanes: dict[str, Lane], method: str, colour: bool) -> list[str]:
     return [title + lane_html(lane, colour and method != "vanilla"), lane_stats(lane, lanes.get("vanilla"))]
 
 
-def badge_html(lanes: dict[str, Lane]) -> str:
+def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None = None) -> str:
+    """The race's verdict: identical, a float tie (calm: either token is the target's greedy choice), or a
+    mismatch (a bug). A differing lane without a measured verdict counts as a mismatch."""
     if any(lane.done is None for lane in lanes.values()):
         return ""
-    reasons = {lane.done.stop_reason for lane in lanes.values()}
-    if "cancelled" in reasons:
+    if "cancelled" in {lane.done.stop_reason for lane in lanes.values()}:
         return '<div class="badge stopped">Stopped.</div>'
-    outputs = {m: lane.done.token_ids for m, lane in lanes.items()}
-    reference = outputs["vanilla"]
-    for method, ids in outputs.items():
-        if ids != reference:
-            at = next((i for i, (a, b) in enumerate(zip(ids, reference)) if a != b), min(len(ids), len(reference)))
-            return (f'<div class="badge differ">Outputs differ: {html.escape(method)} departs from vanilla at '
-                    f"token {at}. This is a bug.</div>")
+    reference = lanes["vanilla"].done.token_ids
+    ties = []
+    for method, lane in lanes.items():
+        ids = lane.done.token_ids
+        if ids == reference:
+            continue
+        verdict = (verdicts or {}).get(method)
+        if verdict is None or verdict.kind != "float tie":
+            at = first_difference(list(ids), list(reference))
+            gap = f" (score gap {verdict.margin:g}, not a rounding tie)" if verdict and verdict.margin is not None else ""
+            return (f'<div class="badge differ">Outputs differ: {html.escape(LANE_TITLES[method])} departs from '
+                    f"vanilla at token {at}{gap}. This is a bug.</div>")
+        ties.append(f"{LANE_TITLES[method]}: {explain(verdict)}.")
+    if ties:
+        return '<div class="badge tie">Same greedy output. ' + html.escape(" ".join(ties)) + "</div>"
     return f'<div class="badge same">Identical outputs: {len(reference)} tokens, token for token.</div>'
 
 

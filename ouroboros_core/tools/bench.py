@@ -72,7 +72,8 @@ class MethodRun:
     rejected_steps: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
-    mismatches: list[dict] = field(default_factory=list)
+    mismatches: list[dict] = field(default_factory=list)  # outputs that differ from greedy generate: a bug
+    float_ties: list[dict] = field(default_factory=list)  # outputs that part from it at a 16-bit float tie
 
 
 def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens: int):
@@ -99,13 +100,6 @@ def sync(device) -> None:
 
     if getattr(device, "type", str(device)) == "cuda":
         torch.cuda.synchronize(device)
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: int, options: dict,
@@ -140,9 +134,10 @@ def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: i
                 run.draft_s += stats.draft_seconds
                 run.verify_s += stats.verify_seconds
             if ref_tokens is not None and method != REFERENCE:
-                diff = first_difference(tokens, ref_tokens)
-                if diff is not None:
-                    run.mismatches.append({"prompt": item["id"], "first_difference": diff})
+                verdict = engine.verdict(item["prompt"], ref_tokens, tokens)
+                if verdict.kind != "identical":
+                    found = run.float_ties if verdict.kind == "float tie" else run.mismatches
+                    found.append({"prompt": item["id"], **verdict.to_dict()})
     bar.close()
     return summarise(runs, methods, options, max_new_tokens, len(prompts), engine)
 
@@ -185,7 +180,9 @@ def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int
                 "acceptance_rate": round(run.accepted / run.drafted, 3) if run.drafted else None,
                 "draft_share": round(run.draft_s / (run.draft_s + run.verify_s), 3),
                 "mismatches": len(run.mismatches) if ref else None,
+                "float_ties": len(run.float_ties) if ref else None,
                 "mismatch_detail": run.mismatches[:10],
+                "float_tie_detail": run.float_ties[:10],
             })
         if method == "speculative" and run.drafted and run.forwards:
             gamma = options.get("speculative", {}).get("gamma", SpeculativeConfig().gamma)
@@ -222,6 +219,17 @@ def machine_description(engine) -> str:
         "torch.", "")
 
 
+def lossless_cell(row: dict) -> str:
+    """yes, yes (N float ties), or NO (N mismatches): the verdicts of this method's outputs against greedy."""
+    if row.get("mismatches") is None:
+        return "n/a"
+    ties = row.get("float_ties") or 0
+    tie_text = f"{ties} float tie{'s' if ties != 1 else ''}"
+    if row["mismatches"]:
+        return f"NO ({row['mismatches']} mismatches" + (f", {tie_text})" if ties else ")")
+    return f"yes ({tie_text})" if ties else "yes"
+
+
 def markdown_table(report: dict) -> str:
     lines = [
         f"HumanEval-style prompts: {report['prompts']}, max_new_tokens {report['max_new_tokens']}, "
@@ -232,9 +240,7 @@ def markdown_table(report: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["methods"].values():
-        lossless = "reference" if row["speedup"] == 1.0 and "mismatches" not in row else (
-            "n/a" if row.get("mismatches") is None else
-            ("yes" if row["mismatches"] == 0 else f"NO ({row['mismatches']} prompts)"))
+        lossless = "reference" if row["speedup"] == 1.0 and "mismatches" not in row else lossless_cell(row)
         expected = f" (expected {row['expected_speedup']:.2f}x)" if "expected_speedup" in row else ""
         fmt = lambda v, f="{:.2f}": "" if v is None else f.format(v)  # noqa: E731
         lines.append(

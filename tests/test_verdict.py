@@ -1,0 +1,104 @@
+"""The one verdict for "same output": identical, a float tie (16-bit only), or a mismatch. Ties are made on
+purpose (two tokens with the same output row score exactly the same) and real mismatches come from a wrong
+token or a broken acceptance rule; a float32 run is never called a tie."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import ouroboros_core.engine as engine_module
+from conftest import build_model
+from ouroboros_core import Engine
+from ouroboros_core.verdict import explain, output_verdict, rounding_step
+from ouroboros_core.verify import Verdict
+
+PROMPT = "def add(a, b):\n    return a + b\n"
+
+
+def test_rounding_step_is_one_unit_in_the_last_place():
+    assert rounding_step(torch.bfloat16, 5.0) == 0.03125  # the gap measured at GPU ties, logits in [4, 8)
+    assert rounding_step(torch.bfloat16, 1.0) == 2 ** -7
+    assert rounding_step(torch.float16, 5.0) == 2 ** -8
+    assert rounding_step(torch.float32, 5.0) == pytest.approx(4 * 2 ** -23)
+
+
+def twin_model(eos_id, tokenizer, dtype):
+    """A tiny target whose output rows for its greedy token at `position` and for one other token are equal,
+    so the two score exactly the same there: a tie, made on purpose. Returns (model, prompt ids, greedy ids,
+    position, twin)."""
+    model = build_model("llama", eos_id, seed=3)
+    prompt_ids = tokenizer(PROMPT)["input_ids"]
+    position = 5
+    with torch.no_grad():
+        greedy = model.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=12,
+                                pad_token_id=eos_id)[0, len(prompt_ids):].tolist()
+        chosen = greedy[position]
+        twin = next(t for t in range(model.config.vocab_size) if t not in greedy and t != eos_id)
+        model.lm_head.weight[twin] = model.lm_head.weight[chosen]
+    return model.to(dtype), prompt_ids, greedy, position, twin
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_tie_in_16_bit_is_a_float_tie_with_its_margin(tokenizer, eos_id, dtype):
+    model, prompt_ids, greedy, position, twin = twin_model(eos_id, tokenizer, dtype)
+    other = greedy[:position] + [twin]
+    verdict = output_verdict(model, prompt_ids, greedy, other)
+    assert (verdict.kind, verdict.first_difference, verdict.margin) == ("float tie", position, 0.0)
+    assert f"identical up to token {position}" in explain(verdict) and str(dtype).split(".")[1] in explain(verdict)
+
+
+def test_float32_is_never_a_tie(tokenizer, eos_id):
+    model, prompt_ids, greedy, position, twin = twin_model(eos_id, tokenizer, torch.float32)
+    verdict = output_verdict(model, prompt_ids, greedy, greedy[:position] + [twin])
+    assert verdict.kind == "mismatch" and verdict.margin == 0.0
+
+
+def test_a_token_the_target_does_not_favour_is_a_mismatch(tokenizer, eos_id):
+    model, prompt_ids, greedy, position, _ = twin_model(eos_id, tokenizer, torch.bfloat16)
+    with torch.no_grad():
+        scores = model(input_ids=torch.tensor([prompt_ids + greedy[:position]])).logits[0, -1].float()
+    worst = int(scores.argmin())
+    verdict = output_verdict(model, prompt_ids, greedy, greedy[:position] + [worst])
+    assert verdict.kind == "mismatch" and verdict.margin > 1.0
+    assert "departs" in explain(verdict) and "not a rounding tie" in explain(verdict)
+    assert output_verdict(model, prompt_ids, greedy, list(greedy)).kind == "identical"
+    short = output_verdict(model, prompt_ids, greedy, greedy[:4])
+    assert (short.kind, short.first_difference, short.margin) == ("mismatch", 4, None)
+
+
+@pytest.fixture(scope="module")
+def bf16_engine(tokenizer, eos_id):
+    target = build_model("llama", eos_id, seed=7).to(torch.bfloat16)
+    draft = copy.deepcopy(target)
+    with torch.no_grad():
+        for param in draft.parameters():
+            param.add_(torch.randn_like(param) * 0.02 * param.float().std().to(param.dtype))
+    return Engine(target, draft, tokenizer)
+
+
+def test_16_bit_drafting_departs_only_at_float_ties(bf16_engine):
+    prompts = [PROMPT, "import os\nimport sys\n\nclass Config:\n", "for i in range(10):\n    print(i)\n" * 2]
+    for prompt in prompts:
+        vanilla = bf16_engine.generate(prompt, "vanilla", 40).token_ids
+        for method in ("speculative", "ouroboros"):
+            output = bf16_engine.generate(prompt, method, 40, gamma=4).token_ids
+            verdict = bf16_engine.verdict(prompt, vanilla, output)
+            # Whether a tie falls the other way here depends on rounding; a mismatch never may occur.
+            assert verdict.kind in ("identical", "float tie"), (prompt, method, verdict)
+
+
+def test_a_broken_acceptance_rule_is_a_mismatch_even_in_16_bit(bf16_engine, eos_id, monkeypatch):
+    vanilla = bf16_engine.generate(PROMPT, "vanilla", 24).token_ids
+
+    def accept_everything(trunk, branches, trunk_tokens, branch_tokens, attach=None):
+        return Verdict(len(trunk), None, 0, trunk_tokens[len(trunk)])
+
+    monkeypatch.setattr(engine_module, "walk_tree", accept_everything)
+    unrelated = build_model("llama", eos_id, seed=99, layers=1).to(torch.bfloat16)
+    broken = Engine(bf16_engine.target, unrelated, bf16_engine.tokenizer)
+    output = broken.generate(PROMPT, "speculative", 24, gamma=4).token_ids
+    verdict = broken.verdict(PROMPT, vanilla, output)
+    assert verdict.kind == "mismatch" and verdict.margin > 0.1, verdict
