@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import gradio as gr
@@ -41,10 +42,13 @@ SESSIONS = Sessions()
 try:
     import spaces  # present on Hugging Face Spaces (ZeroGPU); absent elsewhere, and then nothing changes
 
-    on_gpu = spaces.GPU
+    on_gpu = spaces.GPU  # on ZeroGPU, device work may only happen inside functions it wraps
+    ZERO_GPU = True
 except ImportError:
     def on_gpu(fn):
         return fn
+
+    ZERO_GPU = False
 
 
 def get_engine():
@@ -57,8 +61,9 @@ def get_engine():
             # Settings come from the environment of the host (a Space's variables), never from the page.
             _engine = load_engine(os.environ.get("OUROBOROS_TARGET") or os.environ.get("OUROBOROS_PRESET"),
                                   os.environ.get("OUROBOROS_DRAFT"), os.environ.get("OUROBOROS_DEVICE"),
-                                  dtype=os.environ.get("OUROBOROS_DTYPE") or None)
-            _engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
+                                  dtype=os.environ.get("OUROBOROS_DTYPE") or None, check_memory=not ZERO_GPU)
+            if not ZERO_GPU:  # there the first race, inside its GPU function, warms up instead
+                _engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
         return _engine
 
 
@@ -209,11 +214,25 @@ def pair_description() -> str:
     return f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: {preset.description}."
 
 
+def pair_line() -> str:
+    """The pair and, once it is loaded, the device and dtype it runs on (read on every page load)."""
+    if _engine is None:
+        return pair_description()
+    dtype = str(_engine.target.dtype).split(".")[-1]
+    return f"{pair_description()} Running on **{_engine.target.device}** in **{dtype}**."
+
+
+def knob_values() -> list[int]:
+    """The sliders' starting values: the loaded pair's own settings for its device, else the engine's."""
+    settings = {**asdict(DEFAULTS), **get_engine().defaults.get("ouroboros", {})}
+    return [settings[name] for name in KNOBS]
+
+
 with gr.Blocks(title="Ouroboros race") as demo:
     gr.Markdown("# Ouroboros race\nThe same prompt through plain greedy decoding and through Ouroboros "
                 "speculative decoding, side by side. Both produce exactly the target model's greedy output; "
                 "Ouroboros gets there in fewer target forwards.")
-    gr.Markdown(pair_description())
+    gr.Markdown(pair_line, elem_id="pair")
     with gr.Row():
         prompt = gr.Textbox(label="Prompt", lines=8, max_lines=30, scale=3, elem_id="prompt",
                             placeholder="def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n")
@@ -260,6 +279,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
     stop_button.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
     clear_button.click(clear, None, outputs, api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
+    demo.load(knob_values, None, [gamma, window, ngram, branches], api_visibility="private")
     demo.unload(forget_session)
     gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
 

@@ -75,6 +75,7 @@ class Request:
     verify_s: float = 0.0
     compute_s: float = 0.0  # whole steps, loop overhead included
     stop_reason: str | None = None  # set once: "eos", "max_new_tokens" or "cancelled"
+    draft_blind: bool = False  # a token the draft cannot read was committed: it proposes nothing from then on
 
     @property
     def remaining(self) -> int:
@@ -144,17 +145,24 @@ class Engine:
     """One target and one draft sharing a tokenizer; decodes prompts by any method, one request at a time
     per call (all request state lives in the call, so one engine serves many callers in turn)."""
 
-    def __init__(self, target, draft, tokenizer, *, name: str = "custom", chat: bool = False):
+    def __init__(self, target, draft, tokenizer, *, name: str = "custom", chat: bool = False,
+                 defaults: dict[str, dict] | None = None):
+        """defaults: per method, options used where a request gives none (a preset's settings for this device)."""
         self.target = target.eval()
         self.draft = draft.eval() if draft is not None else None
         self.tokenizer = tokenizer
         self.name = name
         self.chat = chat and tokenizer.chat_template is not None  # wrap prompts as a user turn
         self.eos = eos_ids(target, tokenizer)
+        # A target may pad its vocabulary past its draft's (Qwen2.5 7B: 152,064 rows, its 0.5B draft 151,936).
+        self.draft_vocab = draft.get_input_embeddings().num_embeddings if draft is not None else None
         self.max_context = context_limit(target)
         if draft is not None:
             self.max_context = min(self.max_context, context_limit(draft))
         self._token_texts: dict[int, str] = {}
+        self.defaults = {method: dict(options) for method, options in (defaults or {}).items()}
+        for method, options in self.defaults.items():
+            build_configs(method, options)  # a bad preset fails here, not on a visitor's request
 
     def token_text(self, token_id: int) -> str:
         """A drafted token's text on its own, for display (committed tokens get exact pieces instead)."""
@@ -196,7 +204,7 @@ class Engine:
         stop: anything with is_set() (a threading.Event); the loop checks it before every step.
         pool: a PhrasePool kept across requests (Ouroboros only); by default each request has its own.
         """
-        sampling, method_config = build_configs(method, options)
+        sampling, method_config = build_configs(method, {**self.defaults.get(method, {}), **options})
         check_int("max_new_tokens", max_new_tokens, 1, max(1, self.max_context - 1))
         ids = self.encode(prompt)
         room = self.max_context - max_new_tokens
@@ -263,6 +271,8 @@ class Engine:
 
     def _propose(self, drafter, request: Request) -> Proposal:
         # The target adds one token of its own after the drafts, so drafts get one less than what is left.
+        if request.draft_blind:
+            return Proposal()
         proposal = self._stop_at_eos(drafter.propose(request.committed, request.remaining - 1))
         _sync(input_device(self.draft) if self.draft is not None else input_device(self.target))
         return proposal
@@ -311,6 +321,8 @@ class Engine:
             committed.append(Token(token_id, request.pieces.push(token_id), source))
             request.new_ids.append(token_id)
             request.committed.append(token_id)
+            if self.draft_vocab is not None and token_id >= self.draft_vocab:
+                request.draft_blind = True  # only a padded row of the target's vocabulary, never a real token
             if token_id in self.eos:
                 request.stop_reason = "eos"
                 break

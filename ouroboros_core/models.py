@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -26,6 +27,9 @@ class Preset:
     # The pair's own dtype, or None for the device's default (bfloat16 on CUDA, float32 on the CPU). The
     # embedded pair is float32 everywhere: at 7M parameters a GPU waits on the host, so 16 bits buy only ties.
     dtype: str | None = None
+    # Method options per device type ("cpu", "cuda"), picked by `bench --sweep` on that device; requests
+    # override them. A device type not listed uses the engine's own defaults.
+    settings: dict = field(default_factory=dict)
 
 
 def presets() -> dict[str, Preset]:
@@ -114,6 +118,47 @@ def load_model(folder: Path, device, dtype, trust_remote_code: bool, device_map=
     return model.eval()
 
 
+def parameter_count(folder: Path) -> int:
+    """Parameters stored in a model folder's safetensors files, read from their headers (no weights loaded)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():
+                total += math.prod(handle.get_slice(name).get_shape())
+    return total
+
+
+def free_memory_bytes(device) -> int:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    import psutil
+
+    return psutil.virtual_memory().available
+
+
+def check_fits(folders: dict[str, Path], device, dtype, headroom: float = 0.9) -> None:
+    """Refuse, before loading, a pair whose weights alone would not fit in the device's free memory (with a
+    margin for the caches and activations)."""
+    import torch
+
+    per_param = torch.tensor([], dtype=dtype).element_size()
+    need = {role: parameter_count(folder) * per_param for role, folder in folders.items()}
+    free = free_memory_bytes(device)
+    if sum(need.values()) > headroom * free:
+        sizes = ", ".join(f"{role} {size_text(size)}" for role, size in need.items())
+        raise LoadError(f"the pair needs about {size_text(sum(need.values()))} in {str(dtype).split('.')[-1]} "
+                        f"({sizes}) but {device} has {size_text(free)} free: choose a smaller pair, a 16-bit "
+                        f"dtype (--dtype / OUROBOROS_DTYPE), or spread the target with device_map=\"auto\"")
+
+
+def size_text(size: int) -> str:
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
+
+
 def check_vocabularies(target_tokenizer, draft_tokenizer, target_name: str, draft_name: str) -> None:
     if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
         raise LoadError(
@@ -124,17 +169,19 @@ def check_vocabularies(target_tokenizer, draft_tokenizer, target_name: str, draf
 
 def load_engine(target: str | None = None, draft: str | None = None, device: str | None = None, *,
                 dtype=None, device_map: str | None = None, trust_remote_code: bool = False,
-                chat: bool | None = None):
+                chat: bool | None = None, check_memory: bool = True):
     """Load a pair once. target=None: the embedded `demo` pair.
 
     target may be a preset name (then draft stays None), a local folder or a Hub id; device_map="auto"
-    spreads the target over the GPUs with accelerate.
+    spreads the target over the GPUs with accelerate. check_memory=False skips the free-memory check (on a
+    ZeroGPU Space, where nothing may touch CUDA outside a GPU function).
     """
     from transformers import AutoTokenizer
 
     from .engine import Engine
 
     known = presets()
+    settings = {}
     if target is None:
         target = "demo"
     name = target
@@ -145,14 +192,18 @@ def load_engine(target: str | None = None, draft: str | None = None, device: str
         target, draft = preset.target, preset.draft
         chat = preset.chat if chat is None else chat
         dtype = preset.dtype if dtype is None else dtype
+        settings = preset.settings
     elif draft is None:
         raise LoadError(f"target {target!r} is not a preset ({', '.join(known)}), so a draft is needed too")
     resolved_device = pick_device(None if device == "auto" else device)
     resolved_dtype = pick_dtype(dtype, resolved_device)
     target_folder, draft_folder = resolve_folder(target), resolve_folder(draft)
+    if check_memory and not device_map:
+        check_fits({"target": target_folder, "draft": draft_folder}, resolved_device, resolved_dtype)
     tokenizer = AutoTokenizer.from_pretrained(target_folder, trust_remote_code=trust_remote_code)
     draft_tokenizer = AutoTokenizer.from_pretrained(draft_folder, trust_remote_code=trust_remote_code)
     check_vocabularies(tokenizer, draft_tokenizer, target, draft)
     target_model = load_model(target_folder, resolved_device, resolved_dtype, trust_remote_code, device_map)
     draft_model = load_model(draft_folder, resolved_device, resolved_dtype, trust_remote_code)
-    return Engine(target_model, draft_model, tokenizer, name=name, chat=bool(chat))
+    return Engine(target_model, draft_model, tokenizer, name=name, chat=bool(chat),
+                  defaults=settings.get(resolved_device.type, {}))

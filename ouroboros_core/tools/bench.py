@@ -15,11 +15,12 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
 from ..config import ConfigError, OuroborosConfig, SpeculativeConfig
+from ..events import Stats
 from ..theory import expected_speedup, expected_tokens_per_forward, per_token_acceptance
 
 REFERENCE = "hf_greedy"
@@ -66,14 +67,20 @@ def jsonl_prompts(path: Path, limit: int | None = None) -> list[dict]:
 class MethodRun:
     tokens: list[int] = field(default_factory=list)  # per prompt
     seconds: list[float] = field(default_factory=list)
-    forwards: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    rejected_steps: int = 0
-    draft_s: float = 0.0
-    verify_s: float = 0.0
+    stats: list[Stats] = field(default_factory=list)  # the engine's own figures per prompt (engine methods)
     mismatches: list[dict] = field(default_factory=list)  # outputs that differ from greedy generate: a bug
     float_ties: list[dict] = field(default_factory=list)  # outputs that part from it at a 16-bit float tie
+
+    def total(self, name: str):
+        return sum(getattr(stats, name) for stats in self.stats)
+
+    @property
+    def forwards(self) -> int:
+        return self.total("target_forwards")
+
+    @property
+    def drafted(self) -> int:
+        return self.total("drafted_tokens")
 
 
 def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens: int):
@@ -127,12 +134,7 @@ def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: i
             run.tokens.append(len(tokens))
             run.seconds.append(seconds)
             if stats is not None:
-                run.forwards += stats.target_forwards
-                run.drafted += stats.drafted_tokens
-                run.accepted += stats.accepted_tokens
-                run.rejected_steps += stats.rejected_steps
-                run.draft_s += stats.draft_seconds
-                run.verify_s += stats.verify_seconds
+                run.stats.append(stats)
             if ref_tokens is not None and method != REFERENCE:
                 verdict = engine.verdict(item["prompt"], ref_tokens, tokens)
                 if verdict.kind != "identical":
@@ -177,8 +179,9 @@ def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int
         if method in ENGINE_METHODS:
             row.update({
                 "tokens_per_forward": round(sum(run.tokens) / run.forwards, 3) if run.forwards else None,
-                "acceptance_rate": round(run.accepted / run.drafted, 3) if run.drafted else None,
-                "draft_share": round(run.draft_s / (run.draft_s + run.verify_s), 3),
+                "acceptance_rate": round(run.total("accepted_tokens") / run.drafted, 3) if run.drafted else None,
+                "draft_share": round(run.total("draft_seconds") / (run.total("draft_seconds")
+                                                                   + run.total("verify_seconds")), 3),
                 "mismatches": len(run.mismatches) if ref else None,
                 "float_ties": len(run.float_ties) if ref else None,
                 "mismatch_detail": run.mismatches[:10],
@@ -190,6 +193,7 @@ def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int
         rows[method] = row
     return {
         "machine": machine_description(engine),
+        "dtype": str(engine.target.dtype).replace("torch.", ""),
         "pair": engine.name,
         "prompts": prompt_count,
         "max_new_tokens": max_new_tokens,
@@ -200,23 +204,24 @@ def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int
 
 def expected_speculative(run: MethodRun, gamma: int) -> dict:
     """The speedup the draft-model formula predicts from this run's own per-token acceptance and costs."""
-    a = per_token_acceptance(run.accepted, run.rejected_steps)
+    a = per_token_acceptance(run.total("accepted_tokens"), run.total("rejected_steps"))
     # c: one draft forward's cost over one target forward's (speculative drafts one token per forward).
-    c = (run.draft_s / run.drafted) / (run.verify_s / run.forwards)
+    c = (run.total("draft_seconds") / run.drafted) / (run.total("verify_seconds") / run.forwards)
     return {"per_token_acceptance": round(a, 3), "cost_ratio_c": round(c, 3),
             "expected_tokens_per_forward": round(expected_tokens_per_forward(a, gamma), 3),
             "expected_speedup": round(expected_speedup(a, gamma, c), 3)}
 
 
 def machine_description(engine) -> str:
+    """The device the target ran on, with what decides CPU speed: its vector unit (AVX-512 or AVX2) and threads."""
     import torch
 
     device = engine.target.device
     if device.type == "cuda":
-        return f"{torch.cuda.get_device_name(device)}, {engine.target.dtype}".replace("torch.", "")
-    cores = torch.get_num_threads()
-    return f"{platform.processor() or platform.machine()} CPU, {cores} threads, {engine.target.dtype}".replace(
-        "torch.", "")
+        return torch.cuda.get_device_name(device)
+    capability = torch.backends.cpu.get_cpu_capability()  # e.g. "AVX512", "AVX2", "DEFAULT"
+    return (f"{platform.processor() or platform.machine()} CPU ({capability}), "
+            f"{torch.get_num_threads()} threads")
 
 
 def lossless_cell(row: dict) -> str:
@@ -233,7 +238,7 @@ def lossless_cell(row: dict) -> str:
 def markdown_table(report: dict) -> str:
     lines = [
         f"HumanEval-style prompts: {report['prompts']}, max_new_tokens {report['max_new_tokens']}, "
-        f"pair `{report['pair']}`, on {report['machine']}",
+        f"pair `{report['pair']}` in {report.get('dtype', 'float32')}, on {report['machine']}",
         "",
         "| method | tok/s | median tok/s | speedup | median speedup | tokens/forward | acceptance | "
         "draft share | lossless |",
@@ -266,8 +271,8 @@ def save_chart(report: dict, path: Path) -> None:
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.bar_label(bars, labels=[f"{s:.2f}x" for s in speedups[::-1]], padding=3)
     ax.set_xlabel("speedup over transformers greedy generate (total tokens / total time)")
-    ax.set_title(f"{report['prompts']} prompts, {report['max_new_tokens']} new tokens, {report['machine']}",
-                 fontsize=9)
+    ax.set_title(f"{report['prompts']} prompts, {report['max_new_tokens']} new tokens, "
+                 f"{report.get('dtype', 'float32')}, {report['machine']}", fontsize=9)
     ax.set_xlim(0, max(speedups) * 1.2 + 0.1)
     fig.tight_layout()
     fig.savefig(path)
@@ -277,7 +282,8 @@ def save_chart(report: dict, path: Path) -> None:
 def sweep(engine, prompts, max_new_tokens, progress=True) -> dict:
     """Coordinate search over Ouroboros settings: vary one knob at a time around the best so far, each
     setting measured against vanilla on the same prompts in the same run. Returns every trial and the best."""
-    best = {name: getattr(OuroborosConfig(), name) for name in SWEEP_GRID}
+    start = {**asdict(OuroborosConfig()), **engine.defaults.get("ouroboros", {})}  # the pair's own settings
+    best = {name: start[name] for name in SWEEP_GRID}
     trials: dict[tuple, dict] = {}
 
     def measure(options: dict) -> dict:
