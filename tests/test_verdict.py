@@ -102,3 +102,30 @@ def test_a_broken_acceptance_rule_is_a_mismatch_even_in_16_bit(bf16_engine, eos_
     output = broken.generate(PROMPT, "speculative", 24, gamma=4).token_ids
     verdict = broken.verdict(PROMPT, vanilla, output)
     assert verdict.kind == "mismatch" and verdict.margin > 0.1, verdict
+
+
+def test_the_apps_race_in_bfloat16_names_its_verdict(monkeypatch):
+    # The app as a host would run it with OUROBOROS_DTYPE=bfloat16 on this CPU. HumanEval/3's stub parts at a
+    # one-step bfloat16 tie on the AVX-512 machine this was written on; elsewhere it may stay identical.
+    # Either way the last message names it, and a mismatch never appears.
+    import importlib
+    import sys
+
+    from ouroboros_core.tools.bench import humaneval_prompts
+    from ouroboros_core.verdict import TIE_STEPS
+
+    monkeypatch.setenv("OUROBOROS_DTYPE", "bfloat16")
+    monkeypatch.delitem(sys.modules, "app", raising=False)
+    app = importlib.import_module("app")
+    prompt = humaneval_prompts(4)[3]["prompt"]
+    final = list(app.race_api(prompt, 24))[-1]
+    assert app.get_engine().target.dtype == torch.bfloat16
+    verdict, vanilla, ouroboros = final["ouroboros"]["verdict"], final["vanilla"], final["ouroboros"]
+    assert verdict["kind"] in ("identical", "float tie"), verdict
+    if verdict["kind"] == "identical":
+        assert ouroboros["token_ids"] == vanilla["token_ids"] and verdict["margin"] is None
+    else:
+        at = verdict["first_difference"]
+        assert ouroboros["token_ids"][:at] == vanilla["token_ids"][:at]
+        assert ouroboros["token_ids"][at] != vanilla["token_ids"][at]
+        assert 0.0 <= verdict["margin"] <= TIE_STEPS * rounding_step(torch.bfloat16, 16.0)
