@@ -1,6 +1,6 @@
 """The benchmark: every method a user could reach for, on the same prompts and pair, in one run.
 
-    python -m ouroboros_core bench --limit 20 --max-new-tokens 128 --out bench.json --chart bench.png
+    python3 -m ouroboros_core bench --limit 20 --max-new-tokens 128 --out bench.json --chart bench.png
 
 Methods run interleaved prompt by prompt after a warm-up, so drift hits them all alike. Speed is
 reported as ratios measured side by side; the lossless check compares every engine method's tokens

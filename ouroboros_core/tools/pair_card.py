@@ -1,6 +1,6 @@
 """Measure the embedded pair and write its model card (assets/models/README.md).
 
-    python -m ouroboros_core.tools.pair_card            # after train_pair; prints the figures as JSON too
+    python3 -m ouroboros_core.tools.pair_card            # after train_pair; prints the figures as JSON too
 
 Held-out text is Python that is not in the training corpus (pip's own source, see corpus.heldout_files).
 """
@@ -227,7 +227,7 @@ def card(figures: dict, training: dict) -> str:
     return f"""# The embedded demo pair
 
 Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer, trained by
-`python -m ouroboros_core.tools.train_pair` for this demo. They write Python. Load either folder with
+`python3 -m ouroboros_core.tools.train_pair` for this demo. They write Python. Load either folder with
 `AutoModelForCausalLM.from_pretrained` and `AutoTokenizer.from_pretrained` alone.
 
 | | target | draft |
@@ -261,7 +261,7 @@ Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer,
 {targets(f)}
 
 {learning_curve(training)}
-Measured by `python -m ouroboros_core.tools.pair_card` on {f['machine']}.
+Measured by `python3 -m ouroboros_core.tools.pair_card` on {f['machine']}.
 """
 
 

@@ -1,8 +1,8 @@
 """Load and soak the demo app on loopback: many visitors at once, a long run of requests, a full queue.
 
-    python -m ouroboros_core.tools.soak                      # starts app.py on a free loopback port, full scale
-    python -m ouroboros_core.tools.soak --clients 3 --requests 2 --soak 20 --queue-size 4   # a small run (CI)
-    python -m ouroboros_core.tools.soak --url http://127.0.0.1:7860/ --pid 1234            # an app already running
+    python3 -m ouroboros_core.tools.soak                      # starts app.py on a free loopback port, full scale
+    python3 -m ouroboros_core.tools.soak --clients 3 --requests 2 --soak 20 --queue-size 4   # a small run (CI)
+    python3 -m ouroboros_core.tools.soak --url http://127.0.0.1:7860/ --pid 1234            # an app already running
 
 Phases, each checked:
 1. alone: every prompt once, one after another: the reference outputs;

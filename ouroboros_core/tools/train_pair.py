@@ -1,9 +1,9 @@
 """Train the embedded demo pair: a deep target and a shallow, wide draft that share one tokenizer.
 
-    python -m ouroboros_core.tools.train_pair --out RUN        # the full run (background job, about 2.3 h on 2 cores)
-    python -m ouroboros_core.tools.train_pair --init RUN --models draft --steps 500 --lr 5e-4 --warmup 20 \
+    python3 -m ouroboros_core.tools.train_pair --out RUN        # the full run (background job, about 2.3 h on 2 cores)
+    python3 -m ouroboros_core.tools.train_pair --init RUN --models draft --steps 500 --lr 5e-4 --warmup 20 \
         --distill-weight 1.0          # then the draft alone, 8 min: the committed pair (147 min in all)
-    python -m ouroboros_core.tools.train_pair --smoke --out /tmp/pair   # a few steps on a small corpus
+    python3 -m ouroboros_core.tools.train_pair --smoke --out /tmp/pair   # a few steps on a small corpus
 
 The corpus is the Python standard library's own source (PSF licence), which every machine with Python
 has. Both models train in the same loop on the same batches; the draft also learns from the target's
