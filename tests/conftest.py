@@ -1,10 +1,13 @@
 """Shared fixtures: an in-process BPE tokenizer and tiny, randomly initialised models of four architectures.
 
 Nothing is downloaded. The models are built with a large initializer_range so their logits are far from
-ties: a lossless test must fail on a real mismatch, not pass or fail on float noise.
+ties, and every greedy reference is checked to be so (check_margin): a lossless test must fail on a real
+mismatch, not pass or fail on float noise.
 """
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -119,19 +122,71 @@ def make_engine(models, tokenizer):
     return make
 
 
+# --- greedy references, checked to be far from ties ------------------------------------------------------
+
+# The smallest lead, in logits, a greedy reference's token must have over every other token at every
+# position, measured in float64. Every float32 path differs from float64 by float noise, measured over the
+# test prompts: a step-by-step cached decode vs one full forward differs by at most 4.5e-5 on the init-0.4
+# models (|logits| up to 13.5), 1.9e-6 on the init-0.1 ones (|logits| up to 3.5) and 1.3e-5 on the embedded
+# pair (|logits| up to 17.7); the engine's verify logits (cached, tree-masked, with branches) differ from a
+# float64 full forward by at most 5.9e-5, 1.8e-6 and 1.3e-5. A float32 path can only pick another token
+# where the float64 lead is under twice that, 1.2e-4: a lead above 1e-3 leaves 8 times that headroom.
+TIE_MARGIN = 1e-3
+
+
+def token_margins(logits: torch.Tensor, chosen) -> torch.Tensor:
+    """Per row of logits (n, V): the chosen token's logit minus the best other token's (negative when the
+    chosen token is not the argmax, 0 on an exact tie)."""
+    logits = logits.double()
+    index = torch.as_tensor(list(chosen), dtype=torch.long).unsqueeze(1)
+    picked = logits.gather(1, index)[:, 0]
+    others = logits.scatter(1, index, float("-inf")).max(dim=1).values
+    return picked - others
+
+
+def reference_margins(model, prompt_ids, new_ids) -> torch.Tensor:
+    """The lead of each reference token, from one float64 forward of a copy of the model over the prompt and
+    the reference (the logits at position i pick token i + 1)."""
+    if not new_ids:
+        return torch.zeros(0, dtype=torch.float64)
+    double = copy.deepcopy(model).double()
+    ids = torch.tensor([list(prompt_ids) + list(new_ids)[:-1]], device=double.get_input_embeddings().weight.device)
+    with torch.no_grad():
+        logits = double(ids, attention_mask=torch.ones_like(ids)).logits[0, len(prompt_ids) - 1 :]
+    return token_margins(logits, new_ids)
+
+
+def check_margin(model, prompt_ids, new_ids, margin: float = TIE_MARGIN) -> float:
+    """Fail unless every reference token leads every other token by more than margin; returns the lead."""
+    margins = reference_margins(model, prompt_ids, new_ids)
+    if len(margins) == 0:
+        return float("inf")
+    smallest = margins.min().item()
+    if smallest <= margin:
+        close = [(i, round(m, 7)) for i, m in enumerate(margins.tolist()) if m <= margin]
+        raise AssertionError(
+            f"greedy reference too close to a tie for a lossless test: lead {smallest:.3g} <= {margin:g} at "
+            f"(position, lead) {close}; pick another seed, prompt or max_new_tokens")
+    return smallest
+
+
 def reference_ids(model, tokenizer, prompt: str, max_new_tokens: int, eos_token_id=None) -> list[int]:
-    """The target's own greedy output (new tokens only), from stock transformers generate()."""
+    """The target's own greedy output (new tokens only), from stock transformers generate(), checked to be
+    more than TIE_MARGIN from a tie at every token."""
     input_ids = tokenizer(prompt, return_tensors="pt").input_ids
     kwargs = {} if eos_token_id is None else {"eos_token_id": eos_token_id}
     with torch.no_grad():
         out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                              max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id, **kwargs)
-    return out[0, input_ids.shape[1]:].tolist()
+    new_ids = out[0, input_ids.shape[1]:].tolist()
+    check_margin(model, input_ids[0].tolist(), new_ids)
+    return new_ids
 
 
 @pytest.fixture(scope="module")
 def reference(tokenizer):
-    """The target's own generate() output, memoised per (model, prompt, max_new_tokens, eos).
+    """The target's own generate() output, memoised per (model, prompt, max_new_tokens, eos), each checked
+    by reference_ids to lead by more than TIE_MARGIN at every token.
 
     Keyed by the model object (modules hash by identity), not its id(): a model freed by its test could
     hand its id() to the next test's model, which would then be compared with the first one's output.
