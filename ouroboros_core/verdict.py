@@ -72,6 +72,6 @@ def explain(verdict: OutputVerdict, name: str = "Ouroboros") -> str:
         return "identical outputs, token for token"
     if verdict.kind == "float tie":
         return (f"identical up to token {verdict.first_difference}, where the target's two best tokens scored "
-                f"the same in {verdict.dtype} (gap {verdict.margin:g}); either is its greedy choice")
+                f"the same within {verdict.dtype} rounding (gap {verdict.margin:g}); either is its greedy choice")
     gap = "" if verdict.margin is None else f" (score gap {verdict.margin:g}, not a rounding tie)"
     return f"{name} departs from the target's greedy output at token {verdict.first_difference}{gap}"

@@ -90,3 +90,15 @@ def test_summary_table_and_chart_frame():
     assert ouroboros.tokens.tolist() == [0, 3] and ouroboros.seconds.tolist() == [0.0, 0.1]
     assert len(chart_frame({})) == 0
     assert race_log_line(lanes) == "vanilla 3 tokens max_new_tokens 0.30 s, ouroboros 3 tokens max_new_tokens 0.10 s"
+
+
+def test_a_float_tie_is_told_calmly_and_a_measured_mismatch_with_its_gap():
+    from ouroboros_core.verdict import OutputVerdict
+
+    lanes = race_lanes(ouroboros_ids=(1, 5, 3))
+    tie = badge_html(lanes, {"ouroboros": OutputVerdict("float tie", 1, 0.03125, "bfloat16")})
+    assert tie.startswith('<div class="badge tie">') and "bug" not in tie
+    assert "identical up to token 1" in tie and "within bfloat16 rounding (gap 0.03125)" in tie
+    mismatch = badge_html(lanes, {"ouroboros": OutputVerdict("mismatch", 1, 2.5, "float32")})
+    assert 'class="badge differ"' in mismatch and "score gap 2.5, not a rounding tie" in mismatch
+    assert "This is a bug." in mismatch

@@ -80,7 +80,8 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
                     f"vanilla at token {at}{gap}. This is a bug.</div>")
         ties.append(f"{LANE_TITLES[method]}: {explain(verdict)}.")
     if ties:
-        return '<div class="badge tie">Same greedy output. ' + html.escape(" ".join(ties)) + "</div>"
+        return ('<div class="badge tie">Both lanes are the target\'s greedy output. ' + html.escape(" ".join(ties))
+                + "</div>")
     return f'<div class="badge same">Identical outputs: {len(reference)} tokens, token for token.</div>'
 
 
