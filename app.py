@@ -283,6 +283,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
     demo.unload(forget_session)
     gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
 
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     print("Loading and warming up the model pair...", flush=True)

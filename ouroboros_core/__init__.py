@@ -8,6 +8,7 @@ from .pool import PhrasePool
 from .verdict import OutputVerdict
 
 __all__ = [
-    "METHODS", "ConfigError", "DoneEvent", "Engine", "LoadError", "OuroborosConfig", "OutputVerdict", "PhrasePool", "Result",
+    "METHODS", "ConfigError", "DoneEvent", "Engine", "LoadError", "OuroborosConfig", "OutputVerdict", "PhrasePool",
+    "Result",
     "SamplingConfig", "Source", "SpeculativeConfig", "Stats", "StepEvent", "Token", "load_engine",
 ]

@@ -49,6 +49,11 @@ class DraftRunner:
         self.model = model
         self.cache = new_cache(model)
         self.fed: list[int] = []  # tokens whose keys and values are in the cache
+        self.vocab = model.get_input_embeddings().num_embeddings
+
+    def readable(self, tokens) -> bool:
+        """Whether the draft has an embedding for every token (a target may pad its vocabulary past it)."""
+        return all(token < self.vocab for token in tokens)
 
     def forward(self, sequence: list[int], branches: list[list[int]] = (), offsets=None) -> torch.Tensor:
         """Logits after `sequence` and at every branch position; the cache keeps `sequence` alone."""
@@ -174,7 +179,8 @@ class Ouroboros(Vanilla):
     def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source]]:
         """One draft forward: the next token, or a verified pool phrase plus the token after it."""
         cfg = self.config
-        candidates = self.pool.lookup(sequence[-1], cfg.draft_candidates)
+        candidates = [(phrase, source) for phrase, source in self.pool.lookup(sequence[-1], cfg.draft_candidates)
+                      if self.runner.readable(phrase)]  # the pool also holds the target's tokens
         depth = len(self.levels)
         # Column i sits i positions further on; near the end of the context, leave the window out.
         room = self.max_positions - len(sequence)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import torch
-from transformers import DynamicCache
 
 from .cache import cache_length, keep_span, new_cache, truncate
 from .config import ConfigError, OuroborosConfig, build_configs, check_int
@@ -16,6 +15,9 @@ from .events import DoneEvent, Event, Result, Source, Stats, StepEvent, Token
 from .pool import PhrasePool
 from .verdict import OutputVerdict, output_verdict
 from .verify import Verdict, forward_tree, input_device, target_tokens, walk_tree
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 
 class TextPieces:
@@ -89,7 +91,7 @@ class Request:
         self.draft_s += draft_s
         self.verify_s += verify_s
 
-    def done(self) -> DoneEvent:
+    def done_event(self) -> DoneEvent:
         stats = Stats(new_tokens=len(self.new_ids), target_forwards=self.forwards, drafted_tokens=self.drafted,
                       accepted_tokens=self.accepted, seconds=self.compute_s, draft_seconds=self.draft_s,
                       verify_seconds=self.verify_s, rejected_steps=self.rejected_steps)
@@ -154,7 +156,9 @@ class Engine:
         self.name = name
         self.chat = chat and tokenizer.chat_template is not None  # wrap prompts as a user turn
         self.eos = eos_ids(target, tokenizer)
-        # A target may pad its vocabulary past its draft's (Qwen2.5 7B: 152,064 rows, its 0.5B draft 151,936).
+        # A target may pad its vocabulary past its draft's (Qwen2.5 7B: 152,064 rows, its 0.5B draft 151,936),
+        # or the other way round: neither model is ever fed a token it has no embedding for.
+        self.target_vocab = target.get_input_embeddings().num_embeddings
         self.draft_vocab = draft.get_input_embeddings().num_embeddings if draft is not None else None
         self.max_context = context_limit(target)
         if draft is not None:
@@ -238,11 +242,16 @@ class Engine:
         or mismatch; one extra target forward at the first difference measures the margin."""
         return output_verdict(self.target, self.encode(prompt), list(a), list(b))
 
-    def _stop_at_eos(self, proposal: Proposal) -> Proposal:
-        """Nothing after an end-of-sequence token can be committed, so nothing after it is verified."""
+    def _verifiable(self, proposal: Proposal) -> Proposal:
+        """Nothing after an end-of-sequence token can be committed, so nothing after it is verified; a drafted
+        token the target has no embedding for ends the trunk before it (branches go with the cut)."""
         for i, token in enumerate(proposal.trunk):
+            if token >= self.target_vocab:
+                return Proposal(proposal.trunk[:i], proposal.trunk_sources[:i])
             if token in self.eos:
                 return Proposal(proposal.trunk[: i + 1], proposal.trunk_sources[: i + 1])
+        if any(token >= self.target_vocab for branch in proposal.branches for token in branch):
+            return Proposal(proposal.trunk, proposal.trunk_sources)
         return proposal
 
     def _loop(self, ids, max_new_tokens, sampling, drafter, stop) -> Iterator[Event]:
@@ -263,17 +272,18 @@ class Engine:
             verified_at = time.perf_counter()
             walked = self._walked_path(proposal, verdict)
             old_length = len(request.committed)
-            committed = self._commit(request, walked.accepted, verdict.next_token)
+            committed_tokens = self._commit(request, walked.accepted, verdict.next_token)
             if request.stop_reason is None:
                 drafter.observe(request.committed, old_length, proposal, verdict, trunk_tokens)
-            yield self._step_event(request, proposal, walked, committed, started, drafted_at, verified_at)
-        yield request.done()
+            yield self._step_event(request, proposal, walked, committed_tokens, (drafted_at - started) * 1e3,
+                                   (verified_at - drafted_at) * 1e3, started)
+        yield request.done_event()
 
     def _propose(self, drafter, request: Request) -> Proposal:
         # The target adds one token of its own after the drafts, so drafts get one less than what is left.
         if request.draft_blind:
             return Proposal()
-        proposal = self._stop_at_eos(drafter.propose(request.committed, request.remaining - 1))
+        proposal = self._verifiable(drafter.propose(request.committed, request.remaining - 1))
         _sync(input_device(self.draft) if self.draft is not None else input_device(self.target))
         return proposal
 
@@ -316,9 +326,9 @@ class Engine:
     def _commit(self, request: Request, accepted: list[Token], next_token: int) -> list[Token]:
         """Commit the accepted drafts and the target's own token, stopping at EOS or max_new_tokens.
         Returns the committed tokens, each with its exact piece of output text."""
-        committed = []
+        committed_tokens = []
         for token_id, source in [(t.id, t.source) for t in accepted] + [(next_token, Source.TARGET)]:
-            committed.append(Token(token_id, request.pieces.push(token_id), source))
+            committed_tokens.append(Token(token_id, request.pieces.push(token_id), source))
             request.new_ids.append(token_id)
             request.committed.append(token_id)
             if self.draft_vocab is not None and token_id >= self.draft_vocab:
@@ -329,34 +339,20 @@ class Engine:
             if len(request.new_ids) == request.max_new_tokens:
                 request.stop_reason = "max_new_tokens"
                 break
-        return committed
+        if request.stop_reason is not None:  # the last token carries any unfinished character at the end
+            last = committed_tokens[-1]
+            committed_tokens[-1] = Token(last.id, last.text + request.pieces.take_rest(), last.source)
+        return committed_tokens
 
-    def _step_event(self, request: Request, proposal: Proposal, walked: WalkedPath, committed: list[Token],
-                    started: float, drafted_at: float, verified_at: float) -> StepEvent:
-        accepted = committed[: len(walked.accepted)]
-        target_token = committed[-1] if len(committed) > len(walked.accepted) else None
-        if request.stop_reason is not None:
-            # Hand any unfinished character at the end to the last committed token.
-            tail = request.pieces.take_rest()
-            if tail:
-                last = committed[-1]
-                last = Token(last.id, last.text + tail, last.source)
-                if target_token is not None:
-                    target_token = last
-                else:
-                    accepted = accepted[:-1] + [last]
-        request.count_step(len(walked.path), len(accepted), bool(walked.rejected), drafted_at - started,
-                           verified_at - drafted_at)
+    def _step_event(self, request: Request, proposal: Proposal, walked: WalkedPath, committed_tokens: list[Token],
+                    draft_ms: float, verify_ms: float, started: float) -> StepEvent:
+        """Count the step into the request and describe it: what was drafted, kept, rejected and added."""
+        accepted = committed_tokens[: len(walked.accepted)]
+        target_token = committed_tokens[-1] if len(committed_tokens) > len(walked.accepted) else None
+        request.count_step(len(walked.path), len(accepted), bool(walked.rejected), draft_ms / 1e3, verify_ms / 1e3)
+        branches = tuple(tuple(Token(t, self.token_text(t), s) for t in branch)
+                         for branch, s in zip(proposal.branches, proposal.branch_sources))
         request.compute_s += time.perf_counter() - started
-        return StepEvent(
-            index=request.forwards - 1,
-            drafted=tuple(walked.path),
-            branches=tuple(tuple(Token(t, self.token_text(t), s) for t in b)
-                           for b, s in zip(proposal.branches, proposal.branch_sources)),
-            accepted=tuple(accepted),
-            rejected=tuple(walked.rejected),
-            target_token=target_token,
-            draft_ms=(drafted_at - started) * 1e3,
-            verify_ms=(verified_at - drafted_at) * 1e3,
-            elapsed_s=request.compute_s,
-        )
+        return StepEvent(index=request.forwards - 1, drafted=tuple(walked.path), branches=branches,
+                         accepted=tuple(accepted), rejected=tuple(walked.rejected), target_token=target_token,
+                         draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=request.compute_s)

@@ -47,23 +47,41 @@ def rounding_step(dtype: torch.dtype, magnitude: float) -> float:
     return torch.finfo(dtype).eps * 2.0 ** exponent
 
 
+def within_rounding(scores: torch.Tensor, tokens: list[int], dtype: torch.dtype) -> bool:
+    """Whether every one of `tokens` scores within TIE_STEPS rounding steps of the best score (V,): either could
+    be the argmax of a forward of another shape. Never in float32, whose rounding is far below any real gap."""
+    if dtype not in SIXTEEN_BIT:
+        return False
+    best = float(scores.max())
+    chosen = [float(scores[token]) for token in tokens]
+    tolerance = TIE_STEPS * rounding_step(dtype, max(abs(best), *map(abs, chosen)))
+    return all(best - score <= tolerance for score in chosen)
+
+
 @torch.no_grad()
 def output_verdict(target, prompt_ids: list[int], a: list[int], b: list[int]) -> OutputVerdict:
-    """Compare two outputs (new tokens only) of `target` for the same prompt."""
+    """Compare output b with output a (new tokens of `target` for the same prompt; a is the reference).
+
+    A float tie needs both tokens at the first difference to be the target's best within rounding, and every
+    token of b after it to be the target's best within rounding given b's own prefix: b is then a greedy
+    output too. One teacher-forced forward over the prompt and b measures it all.
+    """
     dtype = str(target.dtype).replace("torch.", "")
-    at = first_difference(list(a), list(b))
+    a, b = list(a), list(b)
+    at = first_difference(a, b)
     if at is None:
         return OutputVerdict("identical", None, None, dtype)
     if at == min(len(a), len(b)):  # one output stops where the other goes on: not a choice between two tokens
         return OutputVerdict("mismatch", at, None, dtype)
-    ids = torch.tensor([list(prompt_ids) + list(a[:at])], device=input_device(target))
-    scores = target(input_ids=ids, logits_to_keep=1).logits[0, -1]  # (V,), in the target's own dtype
-    best = float(scores.max())
-    chosen = (float(scores[a[at]]), float(scores[b[at]]))
-    margin = abs(chosen[0] - chosen[1])
-    tolerance = TIE_STEPS * rounding_step(target.dtype, max(abs(best), *map(abs, chosen)))
-    tie = target.dtype in SIXTEEN_BIT and all(best - score <= tolerance for score in chosen)
-    return OutputVerdict("float tie" if tie else "mismatch", at, margin, dtype)
+    ids = torch.tensor([list(prompt_ids) + b[:-1]], device=input_device(target))
+    rows = target(input_ids=ids, logits_to_keep=len(b) - at).logits[0]  # (len(b) - at, V): predicting b[at:]
+    margin = abs(float(rows[0, a[at]]) - float(rows[0, b[at]]))
+    if not within_rounding(rows[0], [a[at], b[at]], target.dtype):
+        return OutputVerdict("mismatch", at, margin, dtype)
+    for offset, token in enumerate(b[at + 1 :], start=1):
+        if not within_rounding(rows[offset], [token], target.dtype):
+            return OutputVerdict("mismatch", at + offset, float(rows[offset].max()) - float(rows[offset, token]), dtype)
+    return OutputVerdict("float tie", at, margin, dtype)
 
 
 def explain(verdict: OutputVerdict, name: str = "Ouroboros") -> str:

@@ -162,3 +162,20 @@ def test_card_tells_a_continued_run_whole(tmp_path):
     assert "continued" not in pair_card.card(figures, first)
     pair_card.save_curve_chart(continued, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_pair_card_reads_the_embedded_pair_by_default():
+    from ouroboros_core.tools import pair_card
+
+    assert (pair_card.MODELS / "target" / "config.json").is_file() and (pair_card.MODELS / "draft").is_dir()
+
+
+def test_ab_engine_compares_a_revision_with_the_working_tree(tmp_path):
+    out = tmp_path / "ab.json"
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--rev", "HEAD", "--limit", "1",
+                           "--max-new-tokens", "4", "--rounds", "2", "--methods", "vanilla", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())["methods"]["vanilla"]
+    assert report["runs"] == 2 and len(report["seconds"]["old"]) == len(report["seconds"]["new"]) == 2
+    assert report["old_over_new_total"] > 0

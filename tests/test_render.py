@@ -71,8 +71,9 @@ def test_lane_parts_of_a_missing_lane_are_empty_and_speculative_gets_a_title():
 
 def test_badge_names_identical_differing_and_stopped_races():
     assert "Identical outputs: 3 tokens" in badge_html(race_lanes())
-    differ = badge_html(race_lanes(ouroboros_ids=(1, 5, 3)))
-    assert "Outputs differ" in differ and "at token 1" in differ
+    assert badge_html(race_lanes(ouroboros_ids=(1, 5, 3))) == "", "a difference waits for its measured verdict"
+    differ = badge_html(race_lanes(ouroboros_ids=(1, 5, 3)), {})
+    assert "Outputs differ" in differ and "at token 1" in differ and "This is a bug." in differ
     assert "Stopped." in badge_html(race_lanes(reason="cancelled"))
     running = race_lanes()
     running["ouroboros"].done = None
@@ -100,5 +101,6 @@ def test_a_float_tie_is_told_calmly_and_a_measured_mismatch_with_its_gap():
     assert tie.startswith('<div class="badge tie">') and "bug" not in tie
     assert "identical up to token 1" in tie and "within bfloat16 rounding (gap 0.03125)" in tie
     mismatch = badge_html(lanes, {"ouroboros": OutputVerdict("mismatch", 1, 2.5, "float32")})
-    assert 'class="badge differ"' in mismatch and "score gap 2.5, not a rounding tie" in mismatch
+    assert 'class="badge differ"' in mismatch and "Ouroboros departs from the target&#x27;s greedy output at token 1" \
+        in mismatch and "score gap 2.5, not a rounding tie" in mismatch
     assert "This is a bug." in mismatch

@@ -38,6 +38,7 @@ def zero_gpu(monkeypatch):
     fake = types.ModuleType("spaces")
     fake.GPU = gpu
     monkeypatch.setitem(sys.modules, "spaces", fake)
+    monkeypatch.setenv("OUROBOROS_DEVICE", "cpu")  # the CPU suite, also on a machine with CUDA
     monkeypatch.delitem(sys.modules, "app", raising=False)  # restored after the test
     real_call = torch.nn.Module.__call__
 
@@ -63,6 +64,7 @@ def test_zero_gpu_start_up_runs_no_forward_outside_a_gpu_function(zero_gpu):
 
 
 def test_without_spaces_start_up_warms_up(monkeypatch):
+    monkeypatch.setenv("OUROBOROS_DEVICE", "cpu")
     monkeypatch.delitem(sys.modules, "app", raising=False)
     monkeypatch.setitem(sys.modules, "spaces", None)  # `import spaces` raises ImportError
     app = importlib.import_module("app")
@@ -77,14 +79,14 @@ def test_without_spaces_start_up_warms_up(monkeypatch):
 
 
 def test_a_pair_too_big_for_free_memory_is_refused_before_loading(monkeypatch):
-    engine = load_engine(check_memory=False)
+    engine = load_engine(device="cpu", check_memory=False)
     size = {role: sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights once
             for role, model in (("target", engine.target), ("draft", engine.draft))}
     loaded = []
     monkeypatch.setattr(models_module, "free_memory_bytes", lambda device: 8 * 2**20)  # 8 MiB free
     monkeypatch.setattr(models_module, "load_model", lambda *a, **k: loaded.append(a))
     with pytest.raises(LoadError) as caught:
-        load_engine()
+        load_engine(device="cpu")
     # Counted from the safetensors headers, the need matches the loaded models' float32 weights.
     expected = (f"the pair needs about {models_module.size_text(sum(size.values()))} in float32 "
                 f"(target {models_module.size_text(size['target'])}, draft {models_module.size_text(size['draft'])}) "

@@ -62,5 +62,5 @@ def test_the_engine_counts_each_rejecting_step_once(make_engine, method):
     rejecting = sum(bool(step.rejected) for step in result.events)
     assert 0 < rejecting < len(result.events), "the noisy draft should be rejected in some steps, not all"
     assert result.stats.rejected_steps == rejecting
-    judged = result.stats.accepted_tokens + rejecting
-    assert result.stats.per_token_acceptance == pytest.approx(result.stats.accepted_tokens / judged)
+    # Tokens drafted after a rejection are never judged: counting them (accepted over drafted) reads lower.
+    assert result.stats.per_token_acceptance > result.stats.acceptance_rate

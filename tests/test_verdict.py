@@ -12,7 +12,7 @@ import torch
 import ouroboros_core.engine as engine_module
 from conftest import build_model
 from ouroboros_core import Engine
-from ouroboros_core.verdict import explain, output_verdict, rounding_step
+from ouroboros_core.verdict import TIE_STEPS, explain, output_verdict, rounding_step, within_rounding
 from ouroboros_core.verify import Verdict
 
 PROMPT = "def add(a, b):\n    return a + b\n"
@@ -23,6 +23,17 @@ def test_rounding_step_is_one_unit_in_the_last_place():
     assert rounding_step(torch.bfloat16, 1.0) == 2 ** -7
     assert rounding_step(torch.float16, 5.0) == 2 ** -8
     assert rounding_step(torch.float32, 5.0) == pytest.approx(4 * 2 ** -23)
+
+
+def test_the_tie_rule_holds_at_two_rounding_steps_and_not_at_three():
+    step = rounding_step(torch.bfloat16, 5.0)  # 0.03125: scores between 4 and 8
+    for steps, tie in ((0, True), (1, True), (TIE_STEPS, True), (TIE_STEPS + 1, False)):
+        scores = torch.tensor([5.0, 5.0 - steps * step, 1.0], dtype=torch.bfloat16)
+        assert within_rounding(scores, [0, 1], torch.bfloat16) is tie, steps
+    exact = torch.tensor([5.0, 5.0, 1.0])
+    assert not within_rounding(exact, [0, 1], torch.float32), "float32 is never a tie, not even at gap 0"
+    assert not within_rounding(torch.tensor([5.0, 5.0, 9.0], dtype=torch.bfloat16), [0, 1], torch.bfloat16), (
+        "two tokens that tie with each other but not with the best are no tie")
 
 
 def twin_model(eos_id, tokenizer, dtype):
@@ -48,6 +59,15 @@ def test_a_tie_in_16_bit_is_a_float_tie_with_its_margin(tokenizer, eos_id, dtype
     verdict = output_verdict(model, prompt_ids, greedy, other)
     assert (verdict.kind, verdict.first_difference, verdict.margin) == ("float tie", position, 0.0)
     assert f"identical up to token {position}" in explain(verdict) and str(dtype).split(".")[1] in explain(verdict)
+
+
+def test_a_tie_followed_by_a_token_the_target_would_not_write_is_a_mismatch(tokenizer, eos_id):
+    model, prompt_ids, greedy, position, twin = twin_model(eos_id, tokenizer, torch.bfloat16)
+    with torch.no_grad():
+        scores = model(input_ids=torch.tensor([prompt_ids + greedy[:position] + [twin]])).logits[0, -1].float()
+    worst = int(scores.argmin())
+    verdict = output_verdict(model, prompt_ids, greedy, greedy[:position] + [twin, worst])
+    assert (verdict.kind, verdict.first_difference) == ("mismatch", position + 1) and verdict.margin > 1.0
 
 
 def test_float32_is_never_a_tie(tokenizer, eos_id):

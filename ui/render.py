@@ -61,35 +61,39 @@ def lane_parts(lanes: dict[str, Lane], method: str, colour: bool) -> list[str]:
 
 def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None = None) -> str:
     """The race's verdict: identical, a float tie (calm: either token is the target's greedy choice), or a
-    mismatch (a bug). A differing lane without a measured verdict counts as a mismatch."""
+    mismatch (a bug). Differing outputs wait for their measured verdicts (None: not measured yet); a differing
+    lane without one counts as a mismatch."""
     if any(lane.done is None for lane in lanes.values()):
         return ""
     if "cancelled" in {lane.done.stop_reason for lane in lanes.values()}:
         return '<div class="badge stopped">Stopped.</div>'
     reference = lanes["vanilla"].done.token_ids
+    differing = [method for method, lane in lanes.items() if lane.done.token_ids != reference]
+    if not differing:
+        return f'<div class="badge same">Identical outputs: {len(reference)} tokens, token for token.</div>'
+    if verdicts is None:
+        return ""
     ties = []
-    for method, lane in lanes.items():
-        ids = lane.done.token_ids
-        if ids == reference:
-            continue
-        verdict = (verdicts or {}).get(method)
-        if verdict is None or verdict.kind != "float tie":
-            at = first_difference(list(ids), list(reference))
-            gap = f" (score gap {verdict.margin:g}, not a rounding tie)" if verdict and verdict.margin is not None else ""
+    for method in differing:
+        verdict = verdicts.get(method)
+        if verdict is None:
+            at = first_difference(list(lanes[method].done.token_ids), list(reference))
             return (f'<div class="badge differ">Outputs differ: {html.escape(LANE_TITLES[method])} departs from '
-                    f"vanilla at token {at}{gap}. This is a bug.</div>")
+                    f"vanilla at token {at}. This is a bug.</div>")
+        if verdict.kind != "float tie":
+            return (f'<div class="badge differ">Outputs differ: {html.escape(explain(verdict, LANE_TITLES[method]))}'
+                    ". This is a bug.</div>")
         ties.append(f"{LANE_TITLES[method]}: {explain(verdict)}.")
-    if ties:
-        return ('<div class="badge tie">Both lanes are the target\'s greedy output. ' + html.escape(" ".join(ties))
-                + "</div>")
-    return f'<div class="badge same">Identical outputs: {len(reference)} tokens, token for token.</div>'
+    return ('<div class="badge tie">Each lane is the target\'s greedy output. ' + html.escape(" ".join(ties))
+            + "</div>")
 
 
 def summary_markdown(lanes: dict[str, Lane]) -> str:
     if any(lane.done is None for lane in lanes.values()):
         return ""
     vanilla = lanes["vanilla"].done.stats
-    rows = ["| lane | seconds | tokens | tok/s | speedup | tokens/forward | acceptance |", "|---|---|---|---|---|---|---|"]
+    rows = ["| lane | seconds | tokens | tok/s | speedup | tokens/forward | acceptance |",
+            "|---|---|---|---|---|---|---|"]
     for method, lane in lanes.items():
         s = lane.done.stats
         speedup = s.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0

@@ -135,7 +135,7 @@ def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: i
             run.seconds.append(seconds)
             if stats is not None:
                 run.stats.append(stats)
-            if ref_tokens is not None and method != REFERENCE:
+            if ref_tokens is not None and method in ENGINE_METHODS:
                 verdict = engine.verdict(item["prompt"], ref_tokens, tokens)
                 if verdict.kind != "identical":
                     found = run.float_ties if verdict.kind == "float tie" else run.mismatches
@@ -188,7 +188,8 @@ def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int
                 "float_tie_detail": run.float_ties[:10],
             })
         if method == "speculative" and run.drafted and run.forwards:
-            gamma = options.get("speculative", {}).get("gamma", SpeculativeConfig().gamma)
+            settings = {**engine.defaults.get("speculative", {}), **options.get("speculative", {})}
+            gamma = settings.get("gamma", SpeculativeConfig().gamma)
             row.update(expected_speculative(run, gamma))
         rows[method] = row
     return {
@@ -244,8 +245,8 @@ def markdown_table(report: dict) -> str:
         "draft share | lossless |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in report["methods"].values():
-        lossless = "reference" if row["speedup"] == 1.0 and "mismatches" not in row else lossless_cell(row)
+    for method, row in report["methods"].items():
+        lossless = "reference" if method == REFERENCE else lossless_cell(row)
         expected = f" (expected {row['expected_speedup']:.2f}x)" if "expected_speedup" in row else ""
         fmt = lambda v, f="{:.2f}": "" if v is None else f.format(v)  # noqa: E731
         lines.append(

@@ -19,7 +19,7 @@ import torch
 
 from .corpus import EOS, heldout_files
 
-MODELS = Path(__file__).resolve().parent.parent / "assets" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "assets" / "models"
 HELDOUT_GOAL = 1.4  # bits/char the target must reach on the held-out text (issue 3)
 STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
 

@@ -301,7 +301,7 @@ def run_phases(args, url: str, pid: int | None, figures: Figures, deadline: Dead
 def print_report(out: dict, figures: Figures) -> None:
     print("\n| figure | value |\n|---|---|")
     for key, value in out.items():
-        if key not in ("checks", "failure_details"):
+        if key not in ("checks", "failure_details", "settings"):
             print(f"| {key} | {value} |")
     for name, ok in figures.checks.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
@@ -331,6 +331,8 @@ def main(argv=None) -> int:
                 process.kill()
             Path(app_log).unlink(missing_ok=True)
     out = report(figures, time.perf_counter() - started)
+    out["settings"] = {name: getattr(args, name) for name in
+                       ("clients", "requests", "soak", "prompts", "max_new_tokens", "queue_size")}
     print_report(out, figures)
     if args.out:
         args.out.write_text(json.dumps(out, indent=1))

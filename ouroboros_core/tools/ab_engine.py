@@ -1,0 +1,88 @@
+"""The engine at another git revision against this one, in one process, on the same models and prompts.
+
+    python3 -m ouroboros_core.tools.ab_engine --rev 68a2132 --out docs/bench-runs/layout-ab.json
+
+Separate benchmark runs drift with the machine; here the two engines alternate prompt by prompt (the order
+flips every prompt and round), share the loaded target and draft, and must write the same tokens. Printed:
+old time over new time, in total and as the median of per-prompt ratios (above 1: this revision is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+from ..models import load_engine
+from .bench import humaneval_prompts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def engine_class_at(rev: str, folder: Path):
+    """Engine as it was at `rev`, imported as the package `ouroboros_rev` (the engine imports relatively)."""
+    archive = subprocess.run(["git", "archive", rev, "ouroboros_core"], cwd=ROOT, capture_output=True,
+                             check=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "ouroboros_core").rename(folder / "ouroboros_rev")
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("ouroboros_rev.engine").Engine
+
+
+def alternate(engines: dict, prompts: list[str], method: str, max_new_tokens: int, rounds: int) -> dict:
+    seconds = {name: [] for name in engines}
+    for round_index in range(rounds):
+        for index, prompt in enumerate(prompts):
+            order = list(engines) if (index + round_index) % 2 == 0 else list(engines)[::-1]
+            outputs = {}
+            for name in order:
+                started = time.perf_counter()
+                outputs[name] = engines[name].generate(prompt, method, max_new_tokens).token_ids
+                seconds[name].append(time.perf_counter() - started)
+            assert outputs["old"] == outputs["new"], f"the two revisions write different tokens on prompt {index}"
+    ratios = [old / new for old, new in zip(seconds["old"], seconds["new"])]
+    return {"old_over_new_total": round(sum(seconds["old"]) / sum(seconds["new"]), 4),
+            "old_over_new_median": round(statistics.median(ratios), 4), "runs": len(ratios),
+            "seconds": {name: [round(s, 4) for s in values] for name, values in seconds.items()}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rev", required=True, help="the git revision to compare with the working tree")
+    parser.add_argument("--methods", default="ouroboros,vanilla")
+    parser.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    base = load_engine()
+    with tempfile.TemporaryDirectory() as folder:
+        old_engine = engine_class_at(args.rev, Path(folder))
+        engines = {"new": base, "old": old_engine(base.target, base.draft, base.tokenizer, name=base.name)}
+        prompts = [item["prompt"] for item in humaneval_prompts(args.limit)]
+        for engine in engines.values():
+            engine.generate(prompts[0], "ouroboros", 16)  # warm-up
+        report = {"rev": args.rev, "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                                          capture_output=True, text=True).stdout.strip(),
+                  "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "methods": {}}
+        for method in args.methods.split(","):
+            report["methods"][method] = alternate(engines, prompts, method, args.max_new_tokens, args.rounds)
+            result = report["methods"][method]
+            print(f"{method}: old/new {result['old_over_new_total']} in total, "
+                  f"{result['old_over_new_median']} median per prompt ({result['runs']} runs)", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
