@@ -144,7 +144,8 @@ API_EVERY_S = 0.25
 def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, window: int | None = None,
              ngram: int | None = None, branches: int | None = None) -> Iterator[dict]:
     """Race vanilla and Ouroboros on one prompt. Streams {method: {text, token_ids, stop_reason, stats}}
-    (stop_reason and stats are None until a lane is done); the last message is the finished race, its
+    (stop_reason and stats are None until a lane is done); the last message is the finished race: each lane
+    with "steps" (the engine's step events: drafted, accepted, rejected, target_token, milliseconds), its
     Ouroboros lane with "verdict": {kind: "identical" | "float tie" | "mismatch", first_difference, margin}
     against vanilla (None if the race was cut short). gamma, window, ngram, branches: Ouroboros settings,
     None for the defaults."""
@@ -159,6 +160,8 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
                 last = now
                 yield api_result(lanes)
         final = api_result(lanes)
+        for method, lane in lanes.items():  # the engine's step events, as the CLI's --events prints them
+            final[method]["steps"] = [event.to_dict() for event in lane.events]
         verdict = race_verdicts(prompt, lanes).get("ouroboros")
         final["ouroboros"]["verdict"] = verdict.to_dict() if verdict else None
         yield final

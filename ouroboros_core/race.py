@@ -14,12 +14,16 @@ class Lane:
     method: str
     committed: list[Token] = field(default_factory=list)
     rejected: tuple[Token, ...] = ()  # drafted tokens rejected in the latest step, shown for that step only
-    steps: int = 0
+    events: list[StepEvent] = field(default_factory=list)  # every step so far, as the engine yielded it
     clock_s: float = 0.0  # this lane's own compute so far
     accepted: int = 0
     drafted: int = 0
     trace: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])  # (clock, tokens) points
     done: DoneEvent | None = None
+
+    @property
+    def steps(self) -> int:
+        return len(self.events)
 
     @property
     def tokens(self) -> int:
@@ -37,7 +41,7 @@ class Lane:
             return
         self.committed.extend(event.committed)
         self.rejected = event.rejected
-        self.steps += 1
+        self.events.append(event)
         self.clock_s = event.elapsed_s
         self.accepted += len(event.accepted)
         self.drafted += len(event.drafted)

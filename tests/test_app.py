@@ -61,6 +61,18 @@ def test_race_returns_identical_lanes_with_stats(client):
     assert vanilla["stats"]["drafted_tokens"] == 0
     assert ouroboros["stats"]["target_forwards"] <= vanilla["stats"]["target_forwards"]
     assert ouroboros["stats"]["accepted_tokens"] <= ouroboros["stats"]["drafted_tokens"]
+    # Each lane's steps, accepted drafts then the target's own token, add up to exactly its token ids.
+    for method, lane in result.items():
+        steps = lane["steps"]
+        assert [step["index"] for step in steps] == list(range(lane["stats"]["target_forwards"])), method
+        ids = [t["id"] for step in steps
+               for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])]
+        assert ids == lane["token_ids"], method
+        assert "".join(t["text"] for step in steps
+                       for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])) \
+            == lane["text"], method
+    assert all(step["drafted"] == [] for step in vanilla["steps"])
+    assert any(step["accepted"] for step in ouroboros["steps"]), "the race should accept some drafts"
 
 
 def test_race_respects_one_token(client):
