@@ -200,9 +200,17 @@ def clear():
 
 # ----------------------------------------------------------------------------------------------- layout
 
-def examples() -> list[list]:
-    data = json.loads((ASSETS / "examples.json").read_text())
-    return [[item["prompt"], item.get("max_new_tokens", 128)] for item in data]
+def examples() -> list[dict]:
+    """Prompts labelled by what they show, ordinary code first: when Ouroboros wins, and when it does not."""
+    return json.loads((ASSETS / "examples.json").read_text())
+
+
+EXAMPLES = examples()
+# One line per Ouroboros knob, under its slider.
+KNOB_INFO = {"gamma": "draft at least this many tokens before the target checks them",
+             "window": "lookahead columns the draft refines in each forward (0: none; cheap on a GPU)",
+             "ngram": "phrases of N-1 tokens enter the pool, keyed on the token before them",
+             "branches": "pool phrases the target verifies beside the draft, in the same forward"}
 
 
 def pair_description() -> str:
@@ -237,10 +245,11 @@ with gr.Blocks(title="Ouroboros race") as demo:
                 "Ouroboros gets there in fewer target forwards.")
     gr.Markdown(pair_line, elem_id="pair")
     with gr.Row():
-        prompt = gr.Textbox(label="Prompt", lines=8, max_lines=30, scale=3, elem_id="prompt",
-                            placeholder="def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n")
+        prompt = gr.Textbox(EXAMPLES[0]["prompt"], label="Prompt", lines=8, max_lines=30, scale=3, elem_id="prompt",
+                            max_length=LIMITS.max_prompt_chars)
         with gr.Column(scale=1):
-            max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(128, MAX_NEW_TOKENS), step=1, label="Max new tokens")
+            max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(EXAMPLES[0]["max_new_tokens"], MAX_NEW_TOKENS), step=1,
+                                label="Max new tokens")
             speculative_lane = gr.Checkbox(False, label="Add a classic speculative decoding lane")
             colour = gr.Checkbox(True, label="Colour tokens by how they came")
             warm = gr.Checkbox(True, label="Keep my phrase pool warm (this session only)")
@@ -248,10 +257,12 @@ with gr.Blocks(title="Ouroboros race") as demo:
                 run = gr.Button("Run", variant="primary", elem_id="run")
                 stop_button = gr.Button("Stop", elem_id="stop")
                 clear_button = gr.Button("Clear")
+    gr.Examples([[item["prompt"], item["max_new_tokens"]] for item in EXAMPLES], inputs=[prompt, max_new],
+                example_labels=[item["label"] for item in EXAMPLES], label="Examples: what each one shows")
     with gr.Accordion("Ouroboros parameters", open=False):
         with gr.Row():
             gamma, window, ngram, branches = (
-                gr.Slider(low, high, value=getattr(DEFAULTS, name), step=1, label=label)
+                gr.Slider(low, high, value=getattr(DEFAULTS, name), step=1, label=label, info=KNOB_INFO[name])
                 for name, (low, high, label) in KNOBS.items())
     gr.HTML(LEGEND)
     with gr.Row(equal_height=True):
@@ -271,7 +282,6 @@ with gr.Blocks(title="Ouroboros race") as demo:
                         height=260, elem_id="chart")
     summary = gr.Markdown(elem_id="summary")
     gr.Markdown(f"*How times are measured:* {TIMING_NOTE}")
-    gr.Examples(examples(), inputs=[prompt, max_new], label="Examples (HumanEval-style function stubs)")
 
     outputs = [vanilla_text, vanilla_stats, ouroboros_text, ouroboros_stats, speculative_text, speculative_stats,
                chart, badge, summary]

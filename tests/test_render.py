@@ -104,3 +104,12 @@ def test_a_float_tie_is_told_calmly_and_a_measured_mismatch_with_its_gap():
     assert 'class="badge differ"' in mismatch and "Ouroboros departs from the target&#x27;s greedy output at token 1" \
         in mismatch and "score gap 2.5, not a rounding tie" in mismatch
     assert "This is a bug." in mismatch
+
+
+def test_a_text_that_starts_with_a_newline_keeps_it_in_both_lanes():
+    # The HTML parser drops one newline right after <pre>: plain and coloured lanes must lose the same one.
+    lane = Lane("ouroboros")
+    lane.apply(step(0, (), tok(1, "\nx")))
+    for colour in (False, True):
+        assert lane_html(lane, colour).startswith('<pre class="lane-text">\n'), colour
+    assert lane_html(lane, False).startswith('<pre class="lane-text">\n\nx')

@@ -34,7 +34,8 @@ def lane_html(lane: Lane, colour: bool) -> str:
         body += f'<s class="tok-rejected" title="drafted, rejected by the target">{rejected}</s>'
     if lane.done is None:
         body += '<span class="cursor">▌</span>'
-    return f'<pre class="lane-text">{body}</pre>'
+    # HTML drops one newline right after <pre>: give it one, so a text that starts with a newline keeps it.
+    return f'<pre class="lane-text">\n{body}</pre>'
 
 
 def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
