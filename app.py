@@ -180,6 +180,24 @@ def api_result(lanes: dict[str, Lane]) -> dict:
     return out
 
 
+def validate_race(prompt, max_new_tokens, gamma, window, ngram, branches, *flags) -> list[dict]:
+    """The page's inputs checked before the race is queued: a bad one gets its message beside it, once, and
+    the outputs are left alone (race_ui checks again, for every other caller)."""
+    checks = [lambda: check_request(prompt, 1, None, LIMITS),
+              lambda: check_request("x", max_new_tokens, None, LIMITS)]
+    checks += [lambda name=name, value=value: check_request("x", 1, {name: value}, LIMITS)
+               for name, value in zip(KNOBS, (gamma, window, ngram, branches))]
+    results = []
+    for check in checks:
+        try:
+            check()
+            results.append(gr.validate(True, ""))
+        except gr.Error as err:
+            log.info("refused: %s", err.message)
+            results.append(gr.validate(False, err.message))
+    return results + [gr.validate(True, "")] * len(flags)
+
+
 def arm_stop(request: gr.Request):
     """Runs at once when Run is pressed, before the race waits for the device: a Stop pressed from now
     on, even while the race still waits in the queue, ends that race."""
@@ -288,7 +306,8 @@ with gr.Blocks(title="Ouroboros race") as demo:
     run_event = run.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
                           race_ui, [prompt, max_new, gamma, window, ngram, branches, speculative_lane, colour,
                                     warm], outputs,
-                          concurrency_id="device", concurrency_limit=1, api_visibility="private")
+                          concurrency_id="device", concurrency_limit=1, api_visibility="private",
+                          validator=validate_race)
     stop_button.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
     clear_button.click(clear, None, outputs, api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")

@@ -299,6 +299,21 @@ def test_stop_while_waiting_in_the_queue_is_not_lost(page, app_server):  # noqa:
     assert page.errors == []
 
 
+def test_a_bad_input_gets_one_message_beside_it_and_no_error_over_the_outputs(page):
+    # Before the race is queued the page's inputs are checked: the message sits beside the prompt, once; no
+    # toast, no "Error" over every output (an earlier page showed 16 error marks and a toast for this).
+    page.locator("#prompt textarea").fill("   ")
+    page.locator("#run").click()
+    sync_api.expect(page.locator("#prompt")).to_contain_text("Prompt is empty: type some code or pick an example.")
+    page.wait_for_timeout(500)
+    assert page.locator(".error").count() == 0 and page.locator(".toast-body").count() == 0
+    assert page.get_by_text("Error", exact=True).count() == 0
+    start_race(page, CODE_PROMPT, 8)
+    assert "Identical" in finished_badge(page)
+    sync_api.expect(page.locator("#prompt")).not_to_contain_text("Prompt is empty")
+    assert page.errors == []
+
+
 def test_clear_empties_the_lanes(page):
     start_race(page, CODE_PROMPT, 8)
     finished_badge(page)
