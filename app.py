@@ -21,7 +21,7 @@ import gradio as gr
 
 from ouroboros_core import ConfigError, LoadError, OuroborosConfig, OutputVerdict
 from ouroboros_core.race import Lane, race
-from ui.guard import KNOBS, UNEXPECTED, Limits, check_request, shielded  # noqa: F401  (UNEXPECTED: tests)
+from ui.guard import KNOBS, UNEXPECTED, Limits, check_request, refuse, shielded  # noqa: F401  (UNEXPECTED: tests)
 from ui.render import (LANE_TITLES, LEGEND, TIMING_NOTE, badge_html, chart_frame, lane_parts, race_log_line,
                        summary_markdown)
 from ui.sessions import Sessions
@@ -75,7 +75,7 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools):
         # race() is a generator: the engine validates the request on its first step, so take it here.
         first = next(updates)
     except ConfigError as err:
-        raise gr.Error(str(err)) from None
+        raise refuse(str(err)) from None
     return itertools.chain([first], updates)
 
 
@@ -192,8 +192,7 @@ def validate_race(prompt, max_new_tokens, gamma, window, ngram, branches, *flags
         try:
             check()
             results.append(gr.validate(True, ""))
-        except gr.Error as err:
-            log.info("refused: %s", err.message)
+        except gr.Error as err:  # already logged, once, by refuse()
             results.append(gr.validate(False, err.message))
     return results + [gr.validate(True, "")] * len(flags)
 

@@ -137,6 +137,26 @@ def test_bad_knob_is_refused_by_name_and_range(client, knob, value):
 
 
 # Those tests/test_app.py does not cover: just past the cap, and a bool (True == 1 would pass a plain range check).
+def test_an_expected_refusal_is_one_log_line_without_a_traceback(client, app_server):  # noqa: F811
+    if not hasattr(app_server, "log_text"):
+        pytest.skip("the app at $OUROBOROS_APP_URL has no log to read")
+    before = set(app_server.log_text().splitlines())  # the log's tail; its lines carry timestamps
+
+    def new_lines() -> str:
+        return "\n".join(line for line in app_server.log_text().splitlines() if line not in before)
+
+    with pytest.raises(AppError, match="Prompt is empty"):
+        race(client, "   ", 8)
+    deadline = time.monotonic() + 10
+    while "refused: Prompt is empty" not in new_lines() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # anything the refusal would print after its line
+    new = new_lines()
+    assert new.count("refused: Prompt is empty") == 1, new
+    assert "Traceback" not in new and "gradio.exceptions.Error" not in new, new
+    assert_serving(client)
+
+
 @pytest.mark.parametrize("value", [MAX_NEW_TOKENS + 1, True], ids=["above-cap", "bool"])
 def test_bad_max_new_tokens_is_refused_by_range(client, value):
     message = refusal(client, CODE_PROMPT, value)

@@ -32,14 +32,20 @@ class Limits:
                    int(os.environ.get("OUROBOROS_MAX_PROMPT_CHARS", "8000")))
 
 
+def refuse(message: str) -> gr.Error:
+    """An expected refusal of a visitor's input: one line in the server's log, no traceback there or anywhere."""
+    log.info("refused: %s", message)
+    return gr.Error(message, print_exception=False)
+
+
 def check_prompt(prompt, max_chars: int) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
-        raise gr.Error("Prompt is empty: type some code or pick an example.")
+        raise refuse("Prompt is empty: type some code or pick an example.")
     if len(prompt) > max_chars:
-        raise gr.Error(f"Prompt is {len(prompt):,} characters; this demo takes at most {max_chars:,}.")
+        raise refuse(f"Prompt is {len(prompt):,} characters; this demo takes at most {max_chars:,}.")
     found = CONTROL.search(prompt)  # lone surrogates are the engine's to refuse, for every caller
     if found:
-        raise gr.Error(f"Prompt has a control character (U+{ord(found.group()):04X}) at character "
+        raise refuse(f"Prompt has a control character (U+{ord(found.group()):04X}) at character "
                        f"{found.start()}; only printable text, tabs and newlines are accepted.")
     return prompt
 
@@ -49,7 +55,7 @@ def check_whole(label: str, value, low: int, high: int) -> int:
     ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
           and value == int(value) and low <= value <= high)
     if not ok:
-        raise gr.Error(f"{label} must be a whole number from {low} to {high}, got {value!r}.")
+        raise refuse(f"{label} must be a whole number from {low} to {high}, got {value!r}.")
     return int(value)
 
 
