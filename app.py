@@ -21,7 +21,7 @@ import gradio as gr
 
 from ouroboros_core import ConfigError, LoadError, OuroborosConfig, OutputVerdict
 from ouroboros_core.race import Lane, race
-from ui.guard import KNOBS, UNEXPECTED, Limits, check_request, refuse, shielded  # noqa: F401  (UNEXPECTED: tests)
+from ui.guard import KNOBS, UNEXPECTED, Limits, check_request, input_problems, refuse, shielded  # noqa: F401  (UNEXPECTED: tests)
 from ui.render import (LANE_TITLES, LEGEND, TIMING_NOTE, badge_html, chart_frame, lane_parts, race_log_line,
                        summary_markdown)
 from ui.sessions import Sessions
@@ -183,18 +183,9 @@ def api_result(lanes: dict[str, Lane]) -> dict:
 def validate_race(prompt, max_new_tokens, gamma, window, ngram, branches, *flags) -> list[dict]:
     """The page's inputs checked before the race is queued: a bad one gets its message beside it, once, and
     the outputs are left alone (race_ui checks again, for every other caller)."""
-    checks = [lambda: check_request(prompt, 1, None, LIMITS),
-              lambda: check_request("x", max_new_tokens, None, LIMITS)]
-    checks += [lambda name=name, value=value: check_request("x", 1, {name: value}, LIMITS)
-               for name, value in zip(KNOBS, (gamma, window, ngram, branches))]
-    results = []
-    for check in checks:
-        try:
-            check()
-            results.append(gr.validate(True, ""))
-        except gr.Error as err:  # already logged, once, by refuse()
-            results.append(gr.validate(False, err.message))
-    return results + [gr.validate(True, "")] * len(flags)
+    knobs = {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}
+    problems = input_problems(prompt, max_new_tokens, knobs, LIMITS) + [None] * len(flags)
+    return [gr.validate(problem is None, problem or "") for problem in problems]
 
 
 def arm_stop(request: gr.Request):

@@ -68,6 +68,7 @@ class Request:
     max_new_tokens: int
     cache: DynamicCache  # the target's keys and values for all committed tokens but the newest
     pieces: TextPieces
+    devices: tuple[torch.device, torch.device]  # (draft's, target's): synchronised before a clock is read
     new_ids: list[int] = field(default_factory=list)
     forwards: int = 0
     drafted: int = 0
@@ -158,8 +159,11 @@ class Engine:
         self.eos = eos_ids(target, tokenizer)
         # A target may pad its vocabulary past its draft's (Qwen2.5 7B: 152,064 rows, its 0.5B draft 151,936),
         # or the other way round: neither model is ever fed a token it has no embedding for.
-        self.target_vocab = target.get_input_embeddings().num_embeddings
-        self.draft_vocab = draft.get_input_embeddings().num_embeddings if draft is not None else None
+        target_vocab = target.get_input_embeddings().num_embeddings
+        draft_vocab = draft.get_input_embeddings().num_embeddings if draft is not None else target_vocab
+        # Set only where the two differ, so the loop checks token ids only for such a pair.
+        self.target_only = draft_vocab if target_vocab > draft_vocab else None  # ids from here: target alone
+        self.draft_only = target_vocab if draft_vocab > target_vocab else None  # ids from here: draft alone
         self.max_context = context_limit(target)
         if draft is not None:
             self.max_context = min(self.max_context, context_limit(draft))
@@ -245,18 +249,22 @@ class Engine:
     def _verifiable(self, proposal: Proposal) -> Proposal:
         """Nothing after an end-of-sequence token can be committed, so nothing after it is verified; a drafted
         token the target has no embedding for ends the trunk before it (branches go with the cut)."""
+        unknown = self.draft_only
         for i, token in enumerate(proposal.trunk):
-            if token >= self.target_vocab:
+            if unknown is not None and token >= unknown:
                 return Proposal(proposal.trunk[:i], proposal.trunk_sources[:i])
             if token in self.eos:
                 return Proposal(proposal.trunk[: i + 1], proposal.trunk_sources[: i + 1])
-        if any(token >= self.target_vocab for branch in proposal.branches for token in branch):
+        if unknown is not None and any(token >= unknown for branch in proposal.branches for token in branch):
             return Proposal(proposal.trunk, proposal.trunk_sources)
         return proposal
 
     def _loop(self, ids, max_new_tokens, sampling, drafter, stop) -> Iterator[Event]:
         """The decode loop: propose -> verify -> commit -> emit, one target forward per step."""
-        request = Request(list(ids), max_new_tokens, new_cache(self.target), TextPieces(self.tokenizer))
+        target_device = input_device(self.target)
+        draft_device = input_device(self.draft) if self.draft is not None else target_device
+        request = Request(list(ids), max_new_tokens, new_cache(self.target), TextPieces(self.tokenizer),
+                          (draft_device, target_device))
         generator = sampling_generator(sampling)
         started = time.perf_counter()
         drafter.start(ids)
@@ -284,7 +292,7 @@ class Engine:
         if request.draft_blind:
             return Proposal()
         proposal = self._verifiable(drafter.propose(request.committed, request.remaining - 1))
-        _sync(input_device(self.draft) if self.draft is not None else input_device(self.target))
+        _sync(request.devices[0])
         return proposal
 
     def _verify(self, request: Request, proposal: Proposal, sampling, generator) -> tuple[Verdict, list[int]]:
@@ -308,7 +316,7 @@ class Engine:
             keep_span(cache, kept, span_start, verdict.branch_accepted)
         else:
             truncate(cache, kept)
-        _sync(input_device(self.target))
+        _sync(request.devices[1])
         return verdict, trunk_tokens
 
     def _walked_path(self, proposal: Proposal, verdict: Verdict) -> WalkedPath:
@@ -331,7 +339,7 @@ class Engine:
             committed_tokens.append(Token(token_id, request.pieces.push(token_id), source))
             request.new_ids.append(token_id)
             request.committed.append(token_id)
-            if self.draft_vocab is not None and token_id >= self.draft_vocab:
+            if self.target_only is not None and token_id >= self.target_only:
                 request.draft_blind = True  # only a padded row of the target's vocabulary, never a real token
             if token_id in self.eos:
                 request.stop_reason = "eos"

@@ -59,16 +59,35 @@ def check_whole(label: str, value, low: int, high: int) -> int:
     return int(value)
 
 
+def check_knob(name: str, value) -> int | None:
+    """An Ouroboros knob's value, or None for the engine's default."""
+    if value is None:
+        return None
+    low, high, label = KNOBS[name]
+    return check_whole(label, value, low, high)
+
+
 def check_request(prompt, max_new_tokens, knobs: dict | None, limits: Limits) -> tuple[str, int, dict]:
     """The prompt, max new tokens and the Ouroboros options of a request, or a gr.Error naming the limit."""
     prompt = check_prompt(prompt, limits.max_prompt_chars)
     max_new_tokens = check_whole("Max new tokens", max_new_tokens, 1, limits.max_new_tokens)
-    options = {}
-    for name, value in (knobs or {}).items():
-        if value is not None:  # None: the engine's default
-            low, high, label = KNOBS[name]
-            options[name] = check_whole(label, value, low, high)
+    options = {name: check_knob(name, value) for name, value in (knobs or {}).items() if value is not None}
     return prompt, max_new_tokens, options
+
+
+def input_problems(prompt, max_new_tokens, knobs: dict, limits: Limits) -> list[str | None]:
+    """Each input's message, or None where it is fine: prompt, max new tokens, then the knobs in order."""
+    checks = [lambda: check_prompt(prompt, limits.max_prompt_chars),
+              lambda: check_whole("Max new tokens", max_new_tokens, 1, limits.max_new_tokens)]
+    checks += [lambda name=name, value=value: check_knob(name, value) for name, value in knobs.items()]
+    problems = []
+    for check in checks:
+        try:
+            check()
+            problems.append(None)
+        except gr.Error as err:  # logged once by refuse()
+            problems.append(err.message)
+    return problems
 
 
 def shielded(handler):
