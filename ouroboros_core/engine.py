@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Iterator
@@ -14,7 +15,7 @@ from .drafters import Ouroboros, Proposal, Speculative, Vanilla
 from .events import DoneEvent, Event, Result, Source, Stats, StepEvent, Token
 from .pool import PhrasePool
 from .verdict import OutputVerdict, output_verdict
-from .verify import Verdict, forward_tree, input_device, target_tokens, walk_tree
+from .verify import Verdict, forward_tree, input_device, row_positions, target_tokens, walk_tree
 
 if TYPE_CHECKING:
     from transformers import DynamicCache
@@ -107,18 +108,15 @@ class WalkedPath:
     path: list[Token]  # drafted tokens on the path the target walked: the trunk, or its head and a branch
     accepted: list[Token]  # its head, which the target kept
     rejected: list[Token]  # its tail after the first mismatch
+    trunk: list[Token]  # the whole trunk, as proposed
+    verdict: Verdict
 
 
-def sampling_generator(sampling) -> torch.Generator | None:
-    """The random source of a sampled request: seeded when asked, else fresh; None when greedy."""
+def request_seed(sampling) -> int | None:
+    """The seed of a sampled request: the one asked for, else a fresh one; None when greedy."""
     if sampling.greedy:
         return None
-    generator = torch.Generator()
-    if sampling.seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(sampling.seed)
-    return generator
+    return sampling.seed if sampling.seed is not None else secrets.randbits(63)
 
 
 def eos_ids(model, tokenizer) -> frozenset[int]:
@@ -265,7 +263,7 @@ class Engine:
         draft_device = input_device(self.draft) if self.draft is not None else target_device
         request = Request(list(ids), max_new_tokens, new_cache(self.target), TextPieces(self.tokenizer),
                           (draft_device, target_device))
-        generator = sampling_generator(sampling)
+        seed = request_seed(sampling)
         started = time.perf_counter()
         drafter.start(ids)
         request.compute_s = time.perf_counter() - started
@@ -276,7 +274,7 @@ class Engine:
             started = time.perf_counter()
             proposal = self._propose(drafter, request)
             drafted_at = time.perf_counter()
-            verdict, trunk_tokens = self._verify(request, proposal, sampling, generator)
+            verdict, trunk_tokens = self._verify(request, proposal, sampling, seed)
             verified_at = time.perf_counter()
             walked = self._walked_path(proposal, verdict)
             old_length = len(request.committed)
@@ -295,7 +293,7 @@ class Engine:
         _sync(request.devices[0])
         return proposal
 
-    def _verify(self, request: Request, proposal: Proposal, sampling, generator) -> tuple[Verdict, list[int]]:
+    def _verify(self, request: Request, proposal: Proposal, sampling, seed) -> tuple[Verdict, list[int]]:
         """One target forward over the pending tokens, the trunk and its branches; the cache then keeps
         what was committed except the newest token, which the next forward feeds."""
         cache, trunk, branches = request.cache, proposal.trunk, proposal.branches
@@ -303,7 +301,8 @@ class Engine:
         past = cache_length(cache)
         pending = request.committed[past:]
         logits = forward_tree(self.target, cache, pending, trunk, branches, attach=attach)
-        tokens = target_tokens(logits, sampling.temperature, sampling.top_p, generator)
+        positions = row_positions(len(request.committed), len(trunk), branches, attach) if seed is not None else []
+        tokens = target_tokens(logits, sampling.temperature, sampling.top_p, seed, positions)
         trunk_tokens = tokens[: len(trunk) + 1]
         branch_tokens, start = [], len(trunk) + 1
         for branch in branches:
@@ -321,15 +320,15 @@ class Engine:
 
     def _walked_path(self, proposal: Proposal, verdict: Verdict) -> WalkedPath:
         """The drafted tokens on the path the target walked, split into accepted and rejected."""
-        path = [Token(t, self.token_text(t), s) for t, s in zip(proposal.trunk, proposal.trunk_sources)]
-        accepted, rejected = path[: verdict.trunk_accepted], path[verdict.trunk_accepted :]
+        trunk = [Token(t, self.token_text(t), s) for t, s in zip(proposal.trunk, proposal.trunk_sources)]
+        path, accepted, rejected = trunk, trunk[: verdict.trunk_accepted], trunk[verdict.trunk_accepted :]
         if verdict.branch is not None:
             source = proposal.branch_sources[verdict.branch]
             branch = [Token(t, self.token_text(t), source) for t in proposal.branches[verdict.branch]]
             path = accepted + branch  # a branch from inside the trunk replaces the trunk's tail
             accepted = accepted + branch[: verdict.branch_accepted]
             rejected = branch[verdict.branch_accepted :]
-        return WalkedPath(path, accepted, rejected)
+        return WalkedPath(path, accepted, rejected, trunk, verdict)
 
     def _commit(self, request: Request, accepted: list[Token], next_token: int) -> list[Token]:
         """Commit the accepted drafts and the target's own token, stopping at EOS or max_new_tokens.
@@ -361,6 +360,9 @@ class Engine:
         branches = tuple(tuple(Token(t, self.token_text(t), s) for t in branch)
                          for branch, s in zip(proposal.branches, proposal.branch_sources))
         request.compute_s += time.perf_counter() - started
+        attach = tuple(proposal.branch_attach or [len(proposal.trunk)] * len(branches))
         return StepEvent(index=request.forwards - 1, drafted=tuple(walked.path), branches=branches,
                          accepted=tuple(accepted), rejected=tuple(walked.rejected), target_token=target_token,
-                         draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=request.compute_s)
+                         draft_ms=draft_ms, verify_ms=verify_ms, elapsed_s=request.compute_s,
+                         trunk=tuple(walked.trunk), attach=attach, trunk_accepted=walked.verdict.trunk_accepted,
+                         branch=walked.verdict.branch)

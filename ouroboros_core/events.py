@@ -67,7 +67,7 @@ class StepEvent:
     """One propose -> verify -> commit round of the loop (one target forward)."""
 
     index: int
-    drafted: tuple[Token, ...]  # the path the target walked: trunk, then the best branch if the trunk held
+    drafted: tuple[Token, ...]  # the path the target walked: trunk, or its accepted head and the walked branch
     branches: tuple[tuple[Token, ...], ...]  # every branch appended to the trunk for this forward
     accepted: tuple[Token, ...]  # drafted tokens committed, in order
     rejected: tuple[Token, ...]  # drafted tokens on the walked path after the first mismatch
@@ -75,6 +75,10 @@ class StepEvent:
     draft_ms: float
     verify_ms: float
     elapsed_s: float  # this request's compute so far (drafting + verifying), device synchronised
+    trunk: tuple[Token, ...] = ()  # every trunk token the target checked, each with its source
+    attach: tuple[int, ...] = ()  # per branch: how many trunk tokens it follows (len(trunk): the whole trunk)
+    trunk_accepted: int = 0  # leading trunk tokens the target kept
+    branch: int | None = None  # the branch walked on from there, if one matched
 
     @property
     def committed(self) -> tuple[Token, ...]:
@@ -95,6 +99,10 @@ class StepEvent:
             "draft_ms": round(self.draft_ms, 3),
             "verify_ms": round(self.verify_ms, 3),
             "elapsed_s": round(self.elapsed_s, 5),
+            "trunk": toks(self.trunk),
+            "attach": list(self.attach),
+            "trunk_accepted": self.trunk_accepted,
+            "branch": self.branch,
         }
 
 

@@ -49,19 +49,48 @@ def tree_layout(pending: int, trunk: int, branch_lengths: list[int], past: int, 
     return positions.unsqueeze(0).to(device), mask[None, None].to(device)
 
 
-def target_tokens(logits: torch.Tensor, temperature: float, top_p: float, generator) -> list[int]:
-    """The target's token at each position (n, V): argmax when greedy, else one sample per position."""
+def row_positions(next_position: int, trunk: int, branches: list[list[int]], attach: list[int] | None) -> list[int]:
+    """The sequence position of the token each row of forward_tree's logits is for: rows 0..trunk follow
+    the trunk from next_position; branch b's row j follows its token j, which sits after trunk[:attach[b]]."""
+    positions = list(range(next_position, next_position + trunk + 1))
+    for b, branch in enumerate(branches):
+        first = next_position + (attach[b] if attach else trunk) + 1
+        positions += range(first, first + len(branch))
+    return positions
+
+
+MASK64 = (1 << 64) - 1
+
+
+def position_uniform(seed: int, position: int) -> float:
+    """A uniform draw in [0, 1) fixed by the seed and the sequence position alone (SplitMix64 of both).
+
+    Every method that reaches a position after the same text draws the same token there, so vanilla and
+    Ouroboros write the same sampled text; draws at different positions are independent."""
+    z = (seed * 0x9E3779B97F4A7C15 + (position + 1) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
+def target_tokens(logits: torch.Tensor, temperature: float, top_p: float, seed: int | None,
+                  positions: list[int]) -> list[int]:
+    """The target's token at each row of logits (n, V): argmax when greedy, else a sample by inverting the
+    distribution's cumulative sum at position_uniform(seed, position of that row's token)."""
     if temperature == 0.0:
         return logits.argmax(dim=-1).tolist()
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    probs = torch.softmax(logits.double() / temperature, dim=-1).cpu()
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
         drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-    draws = torch.multinomial(probs.cpu(), 1, generator=generator)
-    return draws[:, 0].tolist()
+    cumulative = probs.cumsum(dim=-1)
+    draws = torch.tensor([position_uniform(seed, p) for p in positions], dtype=torch.float64)
+    # The first token whose cumulative mass passes the draw; a zero-probability token never does.
+    tokens = torch.searchsorted(cumulative, (draws * cumulative[:, -1])[:, None], right=True)[:, 0]
+    return tokens.clamp_(max=probs.shape[-1] - 1).tolist()
 
 
 def walk_tree(trunk: list[int], branches: list[list[int]], trunk_tokens: list[int],

@@ -28,6 +28,22 @@ def ids_and_sources(tokens):
     return [(t.id, t.source) for t in tokens]
 
 
+def check_tree(step) -> None:
+    """The step's tree as the inspector shows it: the walked path is the trunk, or the trunk's accepted head
+    and the branch hanging there; what was accepted is that path's head."""
+    assert 0 <= step.trunk_accepted <= len(step.trunk) and len(step.attach) == len(step.branches)
+    assert all(0 <= at <= len(step.trunk) for at in step.attach)
+    head = ids(step.trunk[: step.trunk_accepted])
+    if step.branch is None:
+        assert ids(step.drafted) == ids(step.trunk)
+    else:
+        assert step.attach[step.branch] == step.trunk_accepted
+        assert ids(step.drafted) == head + ids(step.branches[step.branch])
+    assert ids(step.accepted) == ids(step.drafted)[: len(step.accepted)]
+    if step.branch is None:  # the whole trunk held, or the target's token differs from it and from every branch
+        assert len(step.accepted) <= step.trunk_accepted
+
+
 def check_events(result, tokenizer, method: str, max_new_tokens: int) -> None:
     """The invariants every finished stream must satisfy."""
     steps = result.events
@@ -46,6 +62,7 @@ def check_events(result, tokenizer, method: str, max_new_tokens: int) -> None:
             assert last, "only a step cut short by a limit lacks the target's token"
         # Accepted tokens are the head of the walked path, rejected ones its tail.
         assert ids_and_sources(step.accepted) == ids_and_sources(step.drafted[: len(step.accepted)])
+        check_tree(step)
         assert all(t.source != Source.TARGET for t in step.drafted)
         if step.rejected:
             assert step.rejected == step.drafted[len(step.drafted) - len(step.rejected) :]
