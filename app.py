@@ -6,9 +6,7 @@ sessions, rendering of the lanes) and the engine in ouroboros_core/.
 
 from __future__ import annotations
 
-import html
 import itertools
-import json
 import logging
 import os
 import threading
@@ -20,10 +18,15 @@ from pathlib import Path
 import gradio as gr
 
 from ouroboros_core import ConfigError, LoadError, OuroborosConfig, OutputVerdict
+from ouroboros_core.config import SpeculativeConfig
 from ouroboros_core.race import Lane, race
-from ui.guard import KNOBS, UNEXPECTED, Limits, check_request, input_problems, refuse, shielded  # noqa: F401  (UNEXPECTED: tests)
-from ui.render import (LANE_TITLES, LEGEND, TIMING_NOTE, badge_html, chart_frame, lane_parts, race_log_line,
-                       summary_markdown)
+from ui.chart import chart_svg
+from ui.guard import (KNOBS, MAX_SEED, SAMPLING, UNEXPECTED, Limits, check_request, check_sampling,  # noqa: F401
+                      input_problems, refuse, shielded)  # (UNEXPECTED: tests)
+from ui.inspect import best_step, step_html
+from ui.page import EXAMPLES, KNOB_INFO, pair_description
+from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, badge_html, lane_parts, race_log_line, summary_html
+from ui.replay import SPEEDS, replay
 from ui.sessions import Sessions
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -67,11 +70,13 @@ def get_engine():
         return _engine
 
 
-def run_race(prompt, max_new_tokens, options, methods, stop, pools):
-    """Yield lanes of a checked request; request errors the engine finds become messages for the visitor."""
+def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling):
+    """Yield lanes of a checked request; request errors the engine finds become messages for the visitor.
+    sampling: the options every lane shares (temperature, top_p, seed), {} for greedy."""
     engine = get_engine()
+    per_method = {method: {**sampling, **(options if method == "ouroboros" else {})} for method in methods}
     try:
-        updates = race(engine, prompt, methods, max_new_tokens, {"ouroboros": options}, stop, pools)
+        updates = race(engine, prompt, methods, max_new_tokens, per_method, stop, pools)
         # race() is a generator: the engine validates the request on its first step, so take it here.
         first = next(updates)
     except ConfigError as err:
@@ -88,11 +93,52 @@ def race_verdicts(prompt: str, lanes: dict[str, Lane]) -> dict[str, OutputVerdic
             for method, lane in lanes.items() if method != "vanilla"}
 
 
+def speculative_gamma() -> int:
+    return {**asdict(SpeculativeConfig()), **get_engine().defaults.get("speculative", {})}["gamma"]
+
+
 def render(lanes: dict[str, Lane], colour: bool, chart: bool = True, verdicts: dict | None = None):
     """The outputs' new values; chart=False leaves the chart as it is (it is the costly one to redraw)."""
     out = [part for method in ("vanilla", "ouroboros", "speculative") for part in lane_parts(lanes, method, colour)]
-    return out + [chart_frame(lanes) if chart else gr.skip(), badge_html(lanes, verdicts),
-                  summary_markdown(lanes)]
+    return out + [chart_svg(lanes) if chart else gr.skip(), badge_html(lanes, verdicts),
+                  summary_html(lanes, speculative_gamma())]
+
+
+class Latest:
+    """Iterates over `items` and keeps the last one given, also when the consumer stops half-way."""
+
+    def __init__(self, items):
+        self.items = iter(items)
+        self.value = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.value = next(self.items)
+        return self.value
+
+
+def streamed(updates: Iterator[dict[str, Lane]], colour: bool, extra: list) -> Iterator[list]:
+    """Render a stream of lanes ~16 times a second and the chart ~2 times (a slow browser keeps up), each
+    frame followed by `extra`."""
+    last_text = last_chart = 0.0
+    for lanes in updates:
+        now = time.perf_counter()
+        if now - last_text >= TEXT_EVERY_S:
+            chart = now - last_chart >= CHART_EVERY_S
+            last_text, last_chart = now, now if chart else last_chart
+            yield render(lanes, colour, chart) + extra
+
+
+def inspector_outputs(lanes: dict[str, Lane] | None) -> list:
+    """The step slider, the inspector and the replay button for a finished race (None: none to show)."""
+    lane = lanes.get("ouroboros") if lanes else None
+    if lane is None or not lane.events:
+        return [gr.update(interactive=False), "", gr.update(interactive=False)]
+    best = best_step(lane)
+    return [gr.update(maximum=max(len(lane.events), 2), value=best, interactive=len(lane.events) > 1),
+            step_html(lane, best), gr.update(interactive=True)]
 
 
 def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
@@ -104,16 +150,19 @@ def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
 
 TEXT_EVERY_S = 0.06  # streamed text ~16 times a second
 CHART_EVERY_S = 0.5  # the chart ~2 times a second: a slow browser keeps up
+WAITING = [gr.skip()] * 3  # the inspector's outputs while a race or replay streams
 
 
 @on_gpu
 @shielded
-def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, with_speculative, colour, warm_pool,
-            request: gr.Request):
+def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed, with_speculative,
+            colour, warm_pool, request: gr.Request):
     prompt, max_new_tokens, options = check_request(
         prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
+    sampling = check_sampling(temperature, top_p, seed)
     who = request.session_hash or "anonymous"
     session = SESSIONS.get(who)
+    session["race"] = None  # a replay of the last race stops here
     stop = session["stop"]  # cleared by arm_stop when Run was pressed; a Stop while queued stays set
     methods = ["vanilla", "ouroboros"] + (["speculative"] if with_speculative else [])
     pools = {}
@@ -121,19 +170,43 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, with_specula
         if session.get("pool") is None:
             session["pool"] = get_engine().new_pool(pool_size=SESSION_POOL_SIZE)
         pools["ouroboros"] = session["pool"]
-    last_text = last_chart = 0.0
-    lanes = None
+    updates = Latest(())
     try:
-        for lanes in run_race(prompt, max_new_tokens, options, methods, stop, pools):
-            now = time.perf_counter()
-            if now - last_text >= TEXT_EVERY_S:
-                chart = now - last_chart >= CHART_EVERY_S
-                last_text, last_chart = now, now if chart else last_chart
-                yield render(lanes, colour, chart)
+        yield [gr.skip()] * 9 + inspector_outputs(None)
+        updates = Latest(run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling))
+        yield from streamed(updates, colour, WAITING)
+        lanes = updates.value
         if lanes is not None:
-            yield render(lanes, colour, verdicts=race_verdicts(prompt, lanes))
-    finally:
-        log_race(who, lanes)
+            verdicts = race_verdicts(prompt, lanes)
+            session["race"] = (lanes, verdicts)
+            yield render(lanes, colour, verdicts=verdicts) + inspector_outputs(lanes)
+    finally:  # also when the page goes away mid-race: the lanes so far
+        log_race(who, updates.value)
+
+
+@shielded
+def replay_ui(speed, colour, request: gr.Request):
+    """The session's last race again, from its recorded events, at its true relative timings times `speed`."""
+    session = SESSIONS.get(request.session_hash or "anonymous")
+    recorded = session.get("race")
+    if recorded is None:
+        raise refuse("Run a race first: Replay shows the last race again, at the speed you pick.")
+    if speed not in SPEEDS:
+        raise refuse(f"Replay speed must be one of {', '.join(SPEEDS)}, got {speed!r}.")
+    lanes, verdicts = recorded
+    frames = replay(lanes, SPEEDS[speed], session["stop"], TEXT_EVERY_S)
+    for out in streamed(frames, colour, WAITING):
+        if session.get("race") is not recorded:  # a new race has begun: it owns the lanes now
+            return
+        yield out
+    yield render(lanes, colour, verdicts=verdicts) + WAITING
+
+
+def inspect_step(number, request: gr.Request) -> str:
+    recorded = SESSIONS.get(request.session_hash or "anonymous").get("race")
+    if recorded is None or "ouroboros" not in recorded[0]:
+        return ""
+    return step_html(recorded[0]["ouroboros"], number or 1)
 
 
 API_EVERY_S = 0.25
@@ -142,19 +215,23 @@ API_EVERY_S = 0.25
 @on_gpu
 @shielded
 def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, window: int | None = None,
-             ngram: int | None = None, branches: int | None = None) -> Iterator[dict]:
+             ngram: int | None = None, branches: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
+             seed: int | None = None) -> Iterator[dict]:
     """Race vanilla and Ouroboros on one prompt. Streams {method: {text, token_ids, stop_reason, stats}}
     (stop_reason and stats are None until a lane is done); the last message is the finished race: each lane
-    with "steps" (the engine's step events: drafted, accepted, rejected, target_token, milliseconds), its
-    Ouroboros lane with "verdict": {kind: "identical" | "float tie" | "mismatch", first_difference, margin}
-    against vanilla (None if the race was cut short). gamma, window, ngram, branches: Ouroboros settings,
-    None for the defaults."""
+    with "steps" (the engine's step events: drafted, accepted, rejected, target_token, milliseconds, and the
+    trunk and branches the target verified), its Ouroboros lane with "verdict": {kind: "identical" |
+    "float tie" | "mismatch", first_difference, margin} against vanilla (None if the race was cut short), and in
+    each lane "sampling": {temperature, top_p, seed} (None when greedy). gamma, window, ngram, branches: Ouroboros
+    settings, None for the defaults. temperature 0 is greedy; above 0 both lanes sample, each position's draw
+    fixed by the seed and the position, so they write the same text; seed None picks one (reported)."""
     prompt, max_new_tokens, options = check_request(
         prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
+    sampling = check_sampling(temperature, top_p, seed)
     lanes = None
     last = 0.0
     try:
-        for lanes in run_race(prompt, max_new_tokens, options, ["vanilla", "ouroboros"], None, {}):
+        for lanes in run_race(prompt, max_new_tokens, options, ["vanilla", "ouroboros"], None, {}, sampling):
             now = time.perf_counter()
             if now - last >= API_EVERY_S:
                 last = now
@@ -164,27 +241,20 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
             final[method]["steps"] = [event.to_dict() for event in lane.events]
         verdict = race_verdicts(prompt, lanes).get("ouroboros")
         final["ouroboros"]["verdict"] = verdict.to_dict() if verdict else None
+        for lane in final.values():
+            lane["sampling"] = sampling or None
         yield final
     finally:  # also when the client cancels: a generator left alone stops computing at once
         log_race("api", lanes)
 
 
-def api_result(lanes: dict[str, Lane]) -> dict:
-    out = {}
-    for method, lane in lanes.items():
-        done = lane.done
-        out[method] = {"text": done.text if done else "".join(t.text for t in lane.committed),
-                       "token_ids": list(done.token_ids) if done else [t.id for t in lane.committed],
-                       "stop_reason": done.stop_reason if done else None,
-                       "stats": done.stats.to_dict() if done else None}
-    return out
-
-
-def validate_race(prompt, max_new_tokens, gamma, window, ngram, branches, *flags) -> list[dict]:
+def validate_race(prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed,
+                  *flags) -> list[dict]:
     """The page's inputs checked before the race is queued: a bad one gets its message beside it, once, and
     the outputs are left alone (race_ui checks again, for every other caller)."""
     knobs = {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}
-    problems = input_problems(prompt, max_new_tokens, knobs, LIMITS) + [None] * len(flags)
+    sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
+    problems = input_problems(prompt, max_new_tokens, knobs, LIMITS, sampling) + [None] * len(flags)
     return [gr.validate(problem is None, problem or "") for problem in problems]
 
 
@@ -203,35 +273,10 @@ def forget_session(request: gr.Request):
 
 
 def clear():
-    return ["", "", "", "", "", "", chart_frame({}), "", ""]
+    return ["", "", "", "", "", "", chart_svg({}), "", "", gr.update(interactive=False), ""]
 
 
 # ----------------------------------------------------------------------------------------------- layout
-
-def examples() -> list[dict]:
-    """Prompts labelled by what they show, ordinary code first: when Ouroboros wins, and when it does not."""
-    return json.loads((ASSETS / "examples.json").read_text())
-
-
-EXAMPLES = examples()
-# One line per Ouroboros knob, under its slider.
-KNOB_INFO = {"gamma": "draft at least this many tokens before the target checks them",
-             "window": "lookahead columns the draft refines in each forward (0: none; cheap on a GPU)",
-             "ngram": "phrases of N-1 tokens enter the pool, keyed on the token before them",
-             "branches": "pool phrases the target verifies beside the draft, in the same forward"}
-
-
-def pair_description() -> str:
-    from ouroboros_core.models import presets
-
-    if os.environ.get("OUROBOROS_TARGET"):
-        return f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, draft `{os.environ.get('OUROBOROS_DRAFT')}`."
-    name = os.environ.get("OUROBOROS_PRESET", "demo")
-    preset = presets().get(name)
-    if preset is None:
-        return f"Pair: `{html.escape(name)}` (unknown preset)"
-    return f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: {preset.description}."
-
 
 def pair_line() -> str:
     """The pair and, once it is loaded, the device and dtype it runs on (read on every page load)."""
@@ -248,14 +293,14 @@ def knob_values() -> list[int]:
 
 
 with gr.Blocks(title="Ouroboros race") as demo:
-    gr.Markdown("# Ouroboros race\nThe same prompt through plain greedy decoding and through Ouroboros "
-                "speculative decoding, side by side. Both produce exactly the target model's greedy output; "
+    gr.Markdown("# Ouroboros race\nThe same prompt through plain decoding and through Ouroboros speculative "
+                "decoding, side by side. Both write exactly the target model's own output, token for token; "
                 "Ouroboros gets there in fewer target forwards.")
     gr.Markdown(pair_line, elem_id="pair")
     with gr.Row():
         prompt = gr.Textbox(EXAMPLES[0]["prompt"], label="Prompt", lines=8, max_lines=30, scale=3, elem_id="prompt",
                             max_length=LIMITS.max_prompt_chars)
-        with gr.Column(scale=1):
+        with gr.Column(scale=1, min_width=260):
             max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(EXAMPLES[0]["max_new_tokens"], MAX_NEW_TOKENS), step=1,
                                 label="Max new tokens")
             speculative_lane = gr.Checkbox(False, label="Add a classic speculative decoding lane")
@@ -264,42 +309,55 @@ with gr.Blocks(title="Ouroboros race") as demo:
             with gr.Row():
                 run = gr.Button("Run", variant="primary", elem_id="run")
                 stop_button = gr.Button("Stop", elem_id="stop")
-                clear_button = gr.Button("Clear")
+                clear_button = gr.Button("Clear", elem_id="clear")
     gr.Examples([[item["prompt"], item["max_new_tokens"]] for item in EXAMPLES], inputs=[prompt, max_new],
                 example_labels=[item["label"] for item in EXAMPLES], label="Examples: what each one shows")
-    with gr.Accordion("Ouroboros parameters", open=False):
-        with gr.Row():
+    with gr.Row():
+        with gr.Accordion("Ouroboros parameters", open=False):
             gamma, window, ngram, branches = (
                 gr.Slider(low, high, value=getattr(DEFAULTS, name), step=1, label=label, info=KNOB_INFO[name])
                 for name, (low, high, label) in KNOBS.items())
+        with gr.Accordion("Sampling (greedy by default)", open=False, elem_id="sampling"):
+            temperature = gr.Slider(*SAMPLING["temperature"][:2], value=0.0, step=0.05, label="Temperature",
+                                    info="0: greedy. Above 0 both lanes sample, and still write the same text")
+            top_p = gr.Slider(*SAMPLING["top_p"][:2], value=1.0, step=0.05, label="Top-p",
+                              info="sample from the smallest set of tokens holding this much probability")
+            seed = gr.Number(0, label="Seed", precision=0, minimum=0, maximum=MAX_SEED, elem_id="seed",
+                             info="each position's draw comes from the seed and the position alone")
     gr.HTML(LEGEND)
-    with gr.Row(equal_height=True):
-        with gr.Column():
-            gr.Markdown(f"### {LANE_TITLES['vanilla']}")
-            vanilla_text = gr.HTML(elem_id="lane-vanilla")
-            vanilla_stats = gr.HTML(elem_id="stats-vanilla")
-        with gr.Column():
-            gr.Markdown(f"### {LANE_TITLES['ouroboros']}")
-            ouroboros_text = gr.HTML(elem_id="lane-ouroboros")
-            ouroboros_stats = gr.HTML(elem_id="stats-ouroboros")
-    with gr.Row():
-        speculative_text = gr.HTML(elem_id="lane-speculative")
-        speculative_stats = gr.HTML(elem_id="stats-speculative")
+    lane_outputs, lane_columns = [], {}
+    with gr.Row(elem_id="lanes"):
+        for method in ("vanilla", "ouroboros", "speculative"):
+            with gr.Column(visible=method != "speculative", min_width=300, elem_id=f"column-{method}") as column:
+                gr.HTML(f"<h3 class=\"lane-title\">{LANE_TITLES[method]}</h3>")
+                lane_outputs += [gr.HTML(elem_id=f"lane-{method}"), gr.HTML(elem_id=f"stats-{method}")]
+            lane_columns[method] = column
     badge = gr.HTML(elem_id="badge")
-    chart = gr.LinePlot(x="seconds", y="tokens", color="lane", title="Tokens over each lane's own clock",
-                        height=260, elem_id="chart")
-    summary = gr.Markdown(elem_id="summary")
+    with gr.Row(elem_id="replay-row"):
+        replay_speed = gr.Radio(list(SPEEDS), value="1/4", label="Replay speed", elem_id="replay-speed", scale=2)
+        replay_button = gr.Button("Replay the last race", interactive=False, elem_id="replay", scale=1)
+    chart = gr.HTML(chart_svg({}), elem_id="chart")
+    summary = gr.HTML(elem_id="summary")
+    with gr.Accordion("Step inspector: what the target verified in one forward", open=True, elem_id="inspector"):
+        step_slider = gr.Slider(1, 2, value=1, step=1, label="Ouroboros step", interactive=False, elem_id="step")
+        inspector = gr.HTML(elem_id="inspector-view")
     gr.Markdown(f"*How times are measured:* {TIMING_NOTE}")
 
-    outputs = [vanilla_text, vanilla_stats, ouroboros_text, ouroboros_stats, speculative_text, speculative_stats,
-               chart, badge, summary]
-    run_event = run.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
-                          race_ui, [prompt, max_new, gamma, window, ngram, branches, speculative_lane, colour,
-                                    warm], outputs,
-                          concurrency_id="device", concurrency_limit=1, api_visibility="private",
-                          validator=validate_race)
+    outputs = lane_outputs + [chart, badge, summary]
+    race_inputs = [prompt, max_new, gamma, window, ngram, branches, temperature, top_p, seed, speculative_lane, colour,
+                   warm]
+    run.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
+        race_ui, race_inputs, outputs + [step_slider, inspector, replay_button], concurrency_id="device",
+        concurrency_limit=1, api_visibility="private", validator=validate_race)
+    replay_button.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
+        replay_ui, [replay_speed, colour], outputs + [step_slider, inspector, replay_button], concurrency_id="replay",
+        concurrency_limit=8, api_visibility="private")
+    step_slider.change(inspect_step, step_slider, inspector, concurrency_limit=None, api_visibility="private",
+                       show_progress="hidden")
+    speculative_lane.change(lambda on: gr.update(visible=on), speculative_lane, lane_columns["speculative"],
+                            api_visibility="private", show_progress="hidden")
     stop_button.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
-    clear_button.click(clear, None, outputs, api_visibility="private").then(
+    clear_button.click(clear, None, outputs + [step_slider, inspector], api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
     demo.load(knob_values, None, [gamma, window, ngram, branches], api_visibility="private")
     demo.unload(forget_session)
@@ -316,10 +374,21 @@ def main() -> None:
     print(f"Ready: pair {engine.name} on {engine.target.device} in {str(engine.target.dtype).split('.')[-1]}.",
           flush=True)
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
+    quiet_when_idle(demo)
     # None lets Gradio read GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them), else localhost:7860.
     port = os.environ.get("PORT")
     demo.launch(server_name=os.environ.get("OUROBOROS_HOST"), server_port=int(port) if port else None,
-                css=(ASSETS / "style.css").read_text(), show_error=False)
+                css=(ASSETS / "style.css").read_text(), head=f"<script>{(ASSETS / 'lanes.js').read_text()}</script>",
+                show_error=False)
+
+
+def quiet_when_idle(blocks: gr.Blocks) -> None:
+    """Gradio's queue looks for work every 1 ms and for progress updates every 10 ms, busy or not: 4.8% of a
+    core on an idle server (measured, py-spy: the event loop's wake-ups). Every 100 ms and 500 ms it is ~0.5%;
+    a race starts at most 0.1 s later, and the app sends no progress updates."""
+    queue = blocks._queue  # no public setting for these (gradio 6.31); tests/test_app.py measures idle CPU
+    queue.sleep_when_free = max(queue.sleep_when_free, 0.1)
+    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, 0.5)
 
 
 if __name__ == "__main__":

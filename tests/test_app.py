@@ -42,6 +42,7 @@ def test_race_returns_identical_lanes_with_stats(client):
     # float32, the embedded pair's dtype: identical, never a tie.
     assert result["ouroboros"].pop("verdict") == {"kind": "identical", "first_difference": None, "margin": None}
     for method, lane in result.items():
+        assert lane["sampling"] is None, method  # greedy
         assert isinstance(lane["text"], str), method
         assert all(isinstance(t, int) for t in lane["token_ids"]), method
         stats = lane["stats"]
@@ -131,3 +132,51 @@ def test_html_prompt_is_just_text(client):
     assert result["vanilla"]["token_ids"] == result["ouroboros"]["token_ids"]
     assert result["vanilla"]["text"] == result["ouroboros"]["text"]
     assert_serving(client)
+
+
+def test_a_sampled_race_is_identical_repeats_with_its_seed_and_differs_from_greedy(client):
+    def sampled(seed):
+        return client.predict(CODE_PROMPT, 48, None, None, None, None, 0.8, 0.95, seed, api_name="/race")
+
+    greedy = race(client, CODE_PROMPT, 48)
+    first, again, other = sampled(7), sampled(7), sampled(8)
+    for result in (first, again, other):
+        assert result["vanilla"]["token_ids"] == result["ouroboros"]["token_ids"]
+        assert result["ouroboros"]["verdict"]["kind"] == "identical"
+        for lane in ("vanilla", "ouroboros"):
+            steps = result[lane]["steps"]
+            ids = [t["id"] for step in steps for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])]
+            assert ids == result[lane]["token_ids"]
+    assert first["vanilla"]["sampling"] == first["ouroboros"]["sampling"] == {"temperature": 0.8, "top_p": 0.95,
+                                                                               "seed": 7}
+    assert greedy["ouroboros"]["sampling"] is None
+    assert first["vanilla"]["token_ids"] == again["vanilla"]["token_ids"]
+    assert first["vanilla"]["token_ids"] != greedy["vanilla"]["token_ids"]
+    assert first["vanilla"]["token_ids"] != other["vanilla"]["token_ids"]
+    # No seed: the race picks one, reports it, and that seed repeats the race.
+    unseeded = client.predict(CODE_PROMPT, 48, None, None, None, None, 0.8, 0.95, None, api_name="/race")
+    seed = unseeded["ouroboros"]["sampling"]["seed"]
+    assert isinstance(seed, int)
+    assert sampled(seed)["ouroboros"]["token_ids"] == unseeded["ouroboros"]["token_ids"]
+
+
+@pytest.mark.parametrize("temperature,top_p,seed,expected", [
+    (-0.1, 1.0, 1, "Temperature must be a number from 0 to 2"), (0.8, 0.0, 1, "Top-p must be a number from 0.05 to 1"),
+    (0.8, 1.0, -1, "Seed must be a whole number from 0 to 2147483647"), (0.8, 1.0, 1.5, "Seed must be a whole number")])
+def test_bad_sampling_settings_get_a_clear_error(client, temperature, top_p, seed, expected):
+    with pytest.raises(AppError, match=expected):
+        client.predict(CODE_PROMPT, 8, None, None, None, None, temperature, top_p, seed, api_name="/race")
+
+
+def test_the_idle_app_uses_under_one_percent_of_a_core(app_server):  # noqa: F811
+    psutil = pytest.importorskip("psutil")
+    process = getattr(app_server, "process", None)
+    if process is None:
+        pytest.skip("the app at $OUROBOROS_APP_URL runs elsewhere: its CPU cannot be read from here")
+    server = psutil.Process(process.pid)
+    time.sleep(2)  # a race cancelled by the test before winds down
+    before, started = server.cpu_times(), time.monotonic()
+    time.sleep(10)
+    after, wall = server.cpu_times(), time.monotonic() - started
+    used = (after.user + after.system - before.user - before.system) / wall
+    assert used < 0.01, f"idle server used {used:.1%} of a core"

@@ -3,9 +3,12 @@ the summary and the chart's data. No server, no model: lanes are built from hand
 
 from __future__ import annotations
 
+import re
+
 from ouroboros_core.events import DoneEvent, Source, Stats, StepEvent, Token
 from ouroboros_core.race import Lane
-from ui.render import badge_html, chart_frame, lane_html, lane_parts, lane_stats, race_log_line, summary_markdown
+from ui.chart import chart_svg, nice_ticks
+from ui.render import badge_html, lane_html, lane_parts, lane_stats, race_log_line, summary_html
 
 
 def step(index, accepted, target, rejected=(), elapsed=0.1):
@@ -59,13 +62,13 @@ def test_stats_give_speedup_tokens_per_forward_and_acceptance():
     assert "vanilla" not in lane_stats(lanes["vanilla"], lanes["vanilla"]).replace("lane-stats", "")
 
 
-def test_lane_parts_of_a_missing_lane_are_empty_and_speculative_gets_a_title():
+def test_lane_parts_of_a_missing_lane_are_empty_and_vanilla_is_never_coloured():
     lanes = race_lanes()
     assert lane_parts(lanes, "speculative", True) == ["", ""]
     lanes["speculative"] = lanes.pop("ouroboros")
     lanes["speculative"].method = "speculative"
     html, _ = lane_parts(lanes, "speculative", True)
-    assert html.startswith("<h3>Speculative (draft model)</h3>")
+    assert html.startswith('<pre class="lane-text">') and "tok-draft" in html  # its title is in its own column
     assert "tok-" not in lane_parts(lanes, "vanilla", True)[0], "the vanilla lane is never coloured"
 
 
@@ -77,19 +80,26 @@ def test_badge_names_identical_differing_and_stopped_races():
     assert "Stopped." in badge_html(race_lanes(reason="cancelled"))
     running = race_lanes()
     running["ouroboros"].done = None
-    assert badge_html(running) == "" and summary_markdown(running) == ""
+    assert badge_html(running) == "" and summary_html(running) == ""
 
 
-def test_summary_table_and_chart_frame():
+def test_summary_table_with_expected_beside_measured_and_the_chart():
     lanes = race_lanes()
-    table = summary_markdown(lanes).splitlines()
-    assert table[2].startswith("| Vanilla (target alone) | 0.30 | 3 | 10.0 | 1.00x | 1.00 | - |")
-    assert table[3].startswith("| Ouroboros | 0.10 | 3 | 30.0 | 3.00x | 3.00 | 67% |")
-    frame = chart_frame(lanes)
-    assert list(frame.columns) == ["seconds", "tokens", "lane"]
-    ouroboros = frame[frame.lane == "Ouroboros"]
-    assert ouroboros.tokens.tolist() == [0, 3] and ouroboros.seconds.tolist() == [0.0, 0.1]
-    assert len(chart_frame({})) == 0
+    table = summary_html(lanes)
+    rows = re.findall(r"<tr>(.*?)</tr>", table)
+    cells = [re.findall(r"<t[dh]>(.*?)</t[dh]>", row) for row in rows]
+    assert cells[0] == ["lane", "speedup", "expected", "tok/s", "seconds", "tokens", "tokens/forward", "accepted"]
+    assert cells[1] == ["Vanilla (target alone)", "1.00x", "-", "10.0", "0.30", "3", "1.00", "-"]
+    # Ouroboros: 3 tokens in its one forward, a step costing 0.1 s like vanilla's: 3.00x expected.
+    assert cells[2] == ["Ouroboros", "3.00x", "3.00x", "30.0", "0.10", "3", "3.00", "67%"]
+    assert "3.00 tokens per target forward ÷ a step costing 1.00x a vanilla step" in table
+    svg = chart_svg(lanes)
+    assert svg.count("<svg") == 2  # the wide drawing and the phone's
+    points = re.findall(r'data-lane="ouroboros" points="([^"]*)"', svg)
+    assert len(points) == 2 and all(len(p.split()) == 2 for p in points)  # (0 s, 0 tokens) and (0.1 s, 3)
+    assert "<polyline" not in chart_svg({}) and "tick" in chart_svg({})
+    assert nice_ticks(17.9) == [0, 5, 10, 15, 20] and nice_ticks(0.31) == [0, 0.1, 0.2, 0.3, 0.4]
+    assert nice_ticks(128, 4) == [0, 50, 100, 150] and nice_ticks(0) == [0.0, 1.0]
     assert race_log_line(lanes) == "vanilla 3 tokens max_new_tokens 0.30 s, ouroboros 3 tokens max_new_tokens 0.10 s"
 
 

@@ -33,6 +33,7 @@ MAX_NEW_TOKENS = 512  # the app's default cap (OUROBOROS_MAX_NEW_TOKENS), which 
 KNOBS = {"gamma": (1, 16, "gamma (minimum draft length)"), "window": (0, 32, "window W (lookahead columns)"),
          "ngram": (2, 8, "n-gram size N"), "branches": (0, 8, "branches k")}
 KNOB_ORDER = ("gamma", "window", "ngram", "branches")
+SAMPLING = {"temperature": (0.0, 2.0, "Temperature"), "top_p": (0.05, 1.0, "Top-p")}  # as the sliders read
 RACE_TIMEOUT_S = 120  # two busy cores: a short race can stall for tens of seconds
 TRACEBACK_MARKS = ("Traceback", 'File "')
 
@@ -88,7 +89,8 @@ def raw_race(url: str, prompt, max_new_tokens, **knobs) -> tuple[str, object, st
     POST gradio_api/call/race {"data": [...]} -> {"event_id"}; GET gradio_api/call/race/{event_id} streams SSE
     "event: generating|complete|error|heartbeat" / "data: <json>" pairs. The raw route wants every input.
     """
-    data = [prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER)]
+    sampling = {"temperature": 0.0, "top_p": 1.0, "seed": None, **{k: v for k, v in knobs.items() if k in SAMPLING}}
+    data = [prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER), *sampling.values()]
     body = json.dumps({"data": data}, ensure_ascii=True, allow_nan=True)
     with httpx.Client(timeout=RACE_TIMEOUT_S) as http:
         posted = http.post(f"{url}gradio_api/call/race", content=body, headers={"Content-Type": "application/json"})
@@ -166,7 +168,7 @@ def test_bad_max_new_tokens_is_refused_by_range(client, value):
 
 # gradio_client (httpx) refuses to encode NaN and the infinities, so these go through raw HTTP.
 NONFINITE = [("max_new_tokens", value) for value in (math.nan, math.inf, -math.inf)] + [
-    (knob, value) for knob in KNOB_ORDER for value in (math.nan, math.inf, -math.inf)]
+    (knob, value) for knob in KNOB_ORDER + tuple(SAMPLING) for value in (math.nan, math.inf, -math.inf)]
 
 
 @pytest.mark.parametrize("name, value", NONFINITE, ids=[f"{name}-{value}" for name, value in NONFINITE])
@@ -174,6 +176,10 @@ def test_non_finite_number_is_refused_by_name_and_range(client, app_server, name
     if name == "max_new_tokens":
         message = raw_error(app_server.url, CODE_PROMPT, value)
         assert_names_range(message, "Max new tokens", 1, MAX_NEW_TOKENS)
+    elif name in SAMPLING:
+        low, high, label = SAMPLING[name]
+        message = raw_error(app_server.url, CODE_PROMPT, 8, **{name: value})
+        assert f"{label} must be a number from {low:g} to {high:g}" in message, message
     else:
         low, high, label = KNOBS[name]
         message = raw_error(app_server.url, CODE_PROMPT, 8, **{name: value})

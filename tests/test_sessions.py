@@ -21,7 +21,7 @@ def run(who: str, prompt: str = PROMPT, warm: bool = True, max_new_tokens: int =
     """One race from visitor `who`; returns (per-token sources of the Ouroboros lane, tokens/forward)."""
     request = types.SimpleNamespace(session_hash=who)
     out = None
-    for out in app.race_ui(prompt, max_new_tokens, None, None, None, None, False, True, warm, request):
+    for out in app.race_ui(prompt, max_new_tokens, None, None, None, None, 0.0, 1.0, None, False, True, warm, request):
         pass
     sources = re.findall(r'class="tok tok-(\w+)"', out[2])
     per_forward = float(re.search(r"([\d.]+) tokens/forward", out[3]).group(1))
@@ -79,7 +79,7 @@ def test_an_unexpected_error_becomes_a_short_message_and_is_logged(monkeypatch, 
     request = types.SimpleNamespace(session_hash="dave")
     with caplog.at_level(logging.ERROR, logger="ouroboros.app"):
         with pytest.raises(gr.Error) as caught:
-            list(app.race_ui(PROMPT, 8, None, None, None, None, False, True, False, request))
+            list(app.race_ui(PROMPT, 8, None, None, None, None, 0.0, 1.0, None, False, True, False, request))
         with pytest.raises(gr.Error) as caught_api:
             list(app.race_api(PROMPT, 8))
     for err in (caught.value, caught_api.value):
@@ -92,9 +92,9 @@ def test_the_chart_redraws_at_most_twice_a_second(monkeypatch):
     monkeypatch.setattr(app, "TEXT_EVERY_S", 0.0)  # every step streams text
     request = types.SimpleNamespace(session_hash="erin")
     stamps, redraws = [], []
-    for out in app.race_ui(PROMPT, 48, None, None, None, None, False, True, False, request):
+    for out in app.race_ui(PROMPT, 48, None, None, None, None, 0.0, 1.0, None, False, True, False, request):
         stamps.append(time.perf_counter())
-        redraws.append(not isinstance(out[6], dict))  # gr.skip() is a dict; a redraw is a DataFrame
+        redraws.append(not isinstance(out[6], dict))  # gr.skip() is a dict; a redraw is the SVG
     assert len(stamps) > sum(redraws) >= 2, "some updates should leave the chart alone"
     assert redraws[-1], "the last update draws the finished chart"
     times = [t for t, redraw in zip(stamps[:-1], redraws[:-1]) if redraw]

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import re
+import secrets
 from dataclasses import dataclass
 
 import gradio as gr
@@ -15,6 +16,9 @@ import gradio as gr
 # The Ouroboros knobs a visitor may set and their bounds: the sliders' ranges, checked again on the server.
 KNOBS = {"gamma": (1, 16, "gamma (minimum draft length)"), "window": (0, 32, "window W (lookahead columns)"),
          "ngram": (2, 8, "n-gram size N"), "branches": (0, 8, "branches k")}
+# Sampling on the page and in /race: temperature 0 is greedy; a seed makes a sampled race repeat exactly.
+SAMPLING = {"temperature": (0.0, 2.0, "Temperature"), "top_p": (0.05, 1.0, "Top-p")}
+MAX_SEED = 2**31 - 1
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")  # C0/C1 controls, except tab, newlines, form feed
 UNEXPECTED = "Something went wrong on the server; it has been logged. Please try again."
 log = logging.getLogger("ouroboros.app")
@@ -67,6 +71,31 @@ def check_knob(name: str, value) -> int | None:
     return check_whole(label, value, low, high)
 
 
+def check_number(name: str, value) -> float:
+    low, high, label = SAMPLING[name]
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if not ok or not low <= value <= high:
+        raise refuse(f"{label} must be a number from {low:g} to {high:g}, got {value!r}.")
+    return float(value)
+
+
+def check_seed(seed) -> int | None:
+    """A seed from 0 to MAX_SEED, or None: the race then picks one (and reports it)."""
+    return None if seed is None else check_whole("Seed", seed, 0, MAX_SEED)
+
+
+def check_sampling(temperature, top_p, seed) -> dict:
+    """The sampling options shared by every lane of a race: {} for greedy (temperature 0 or None). A sampled
+    race without a seed gets one here, for all its lanes (and reported), so it can be repeated."""
+    temperature = 0.0 if temperature is None else check_number("temperature", temperature)
+    top_p = 1.0 if top_p is None else check_number("top_p", top_p)
+    seed = check_seed(seed)
+    if temperature == 0.0:
+        return {}
+    return {"temperature": temperature, "top_p": top_p,
+            "seed": secrets.randbelow(MAX_SEED + 1) if seed is None else seed}
+
+
 def check_request(prompt, max_new_tokens, knobs: dict | None, limits: Limits) -> tuple[str, int, dict]:
     """The prompt, max new tokens and the Ouroboros options of a request, or a gr.Error naming the limit."""
     prompt = check_prompt(prompt, limits.max_prompt_chars)
@@ -75,11 +104,17 @@ def check_request(prompt, max_new_tokens, knobs: dict | None, limits: Limits) ->
     return prompt, max_new_tokens, options
 
 
-def input_problems(prompt, max_new_tokens, knobs: dict, limits: Limits) -> list[str | None]:
-    """Each input's message, or None where it is fine: prompt, max new tokens, then the knobs in order."""
+def input_problems(prompt, max_new_tokens, knobs: dict, limits: Limits, sampling: dict | None = None
+                   ) -> list[str | None]:
+    """Each input's message, or None where it is fine: prompt, max new tokens, the knobs in order, then
+    temperature, top-p and seed if given."""
     checks = [lambda: check_prompt(prompt, limits.max_prompt_chars),
               lambda: check_whole("Max new tokens", max_new_tokens, 1, limits.max_new_tokens)]
     checks += [lambda name=name, value=value: check_knob(name, value) for name, value in knobs.items()]
+    if sampling is not None:
+        checks += [lambda: sampling["temperature"] is None or check_number("temperature", sampling["temperature"]),
+                   lambda: sampling["top_p"] is None or check_number("top_p", sampling["top_p"]),
+                   lambda: check_seed(sampling["seed"])]
     problems = []
     for check in checks:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from ouroboros_core.race import Lane
+from ouroboros_core.theory import draft_cost_ratio, expected_speedup, expected_step_speedup, expected_tokens_per_forward
 from ouroboros_core.verdict import OutputVerdict, explain, first_difference
 
 LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative (draft model)",
@@ -56,8 +57,7 @@ def lane_parts(lanes: dict[str, Lane], method: str, colour: bool) -> list[str]:
     lane = lanes.get(method)
     if lane is None:
         return ["", ""]
-    title = f"<h3>{LANE_TITLES[method]}</h3>" if method == "speculative" else ""
-    return [title + lane_html(lane, colour and method != "vanilla"), lane_stats(lane, lanes.get("vanilla"))]
+    return [lane_html(lane, colour and method != "vanilla"), lane_stats(lane, lanes.get("vanilla"))]
 
 
 def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None = None) -> str:
@@ -89,27 +89,64 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
             + "</div>")
 
 
-def summary_markdown(lanes: dict[str, Lane]) -> str:
-    if any(lane.done is None for lane in lanes.values()):
+def expected(method: str, stats, vanilla, gamma: int) -> tuple[float | None, str]:
+    """The speedup this race's own acceptance and step costs predict for a lane, and how it comes about."""
+    vanilla_step = vanilla.verify_seconds / vanilla.target_forwards if vanilla.target_forwards else 0.0
+    if method == "speculative":
+        a = stats.per_token_acceptance
+        c = draft_cost_ratio(stats.draft_seconds, stats.drafted_tokens, stats.verify_seconds, stats.target_forwards)
+        value = expected_speedup(a, gamma, c)
+        return value, (f"each drafted token stands with chance a = {a:.2f}; with gamma = {gamma} drafts per step "
+                       f"and a draft forward costing c = {c:.2f} of a target forward, (1 - a^{gamma + 1}) / (1 - a) "
+                       f"= {expected_tokens_per_forward(a, gamma):.2f} tokens per step ÷ (gamma·c + 1) = "
+                       f"{value:.2f}x")
+    if method == "ouroboros" and stats.target_forwards and vanilla_step > 0:
+        step = (stats.draft_seconds + stats.verify_seconds) / stats.target_forwards
+        value = expected_step_speedup(stats.tokens_per_forward, step, vanilla_step)
+        return value, (f"{stats.tokens_per_forward:.2f} tokens per target forward ÷ a step costing "
+                       f"{step / vanilla_step:.2f}x a vanilla step (drafting "
+                       f"{stats.draft_seconds / stats.target_forwards / vanilla_step:.2f}x + verifying "
+                       f"{stats.verify_seconds / stats.target_forwards / vanilla_step:.2f}x) = {value:.2f}x")
+    return None, ""
+
+
+def summary_html(lanes: dict[str, Lane], gamma: int = 4) -> str:
+    """The finished race in a table (scrolls sideways on a phone, never wraps a number), with the speedup each
+    drafting lane's own acceptance and step costs predict beside the measured one, and why.
+    gamma: the speculative lane's draft length."""
+    if not lanes or any(lane.done is None for lane in lanes.values()):
         return ""
     vanilla = lanes["vanilla"].done.stats
-    rows = ["| lane | seconds | tokens | tok/s | speedup | tokens/forward | acceptance |",
-            "|---|---|---|---|---|---|---|"]
+    rows, notes = [], []
     for method, lane in lanes.items():
         s = lane.done.stats
         speedup = s.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
-        accept = f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-"
-        rows.append(f"| {LANE_TITLES[method]} | {s.seconds:.2f} | {s.new_tokens} | {s.tokens_per_second:.1f} | "
-                    f"{speedup:.2f}x | {s.tokens_per_forward:.2f} | {accept} |")
-    return "\n".join(rows)
+        predicted, why = expected(method, s, vanilla, gamma)
+        cells = [LANE_TITLES[method], f"{speedup:.2f}x", f"{predicted:.2f}x" if predicted is not None else "-",
+                 f"{s.tokens_per_second:.1f}", f"{s.seconds:.2f}", str(s.new_tokens), f"{s.tokens_per_forward:.2f}",
+                 f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-"]
+        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        if why:
+            notes.append(f"<li><b>{html.escape(LANE_TITLES[method])}</b>: {html.escape(why)}; measured "
+                         f"{speedup:.2f}x.</li>")
+    head = "".join(f"<th>{h}</th>" for h in ("lane", "speedup", "expected", "tok/s", "seconds", "tokens",
+                                            "tokens/forward", "accepted"))
+    note = (f'<ul class="why">{"".join(notes)}</ul><p class="why-note">Expected: what this race\'s own '
+            "acceptance and per-step costs predict. The measured speedup also pays once per request for the "
+            "prompt's prefill and the draft's set-up, and per step for the loop's own work.</p>") if notes else ""
+    return (f'<div class="summary-wrap"><table class="summary"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>{note}')
 
 
-def chart_frame(lanes: dict[str, Lane]):
-    """Tokens over each lane's own clock, one row per step: (seconds, tokens, lane)."""
-    import pandas as pd
-
-    rows = [(t, n, LANE_TITLES[m]) for m, lane in lanes.items() for t, n in lane.trace]
-    return pd.DataFrame(rows, columns=["seconds", "tokens", "lane"])
+def api_result(lanes: dict[str, Lane]) -> dict:
+    out = {}
+    for method, lane in lanes.items():
+        done = lane.done
+        out[method] = {"text": done.text if done else "".join(t.text for t in lane.committed),
+                       "token_ids": list(done.token_ids) if done else [t.id for t in lane.committed],
+                       "stop_reason": done.stop_reason if done else None,
+                       "stats": done.stats.to_dict() if done else None}
+    return out
 
 
 def race_log_line(lanes: dict[str, Lane]) -> str:

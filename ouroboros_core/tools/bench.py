@@ -21,7 +21,7 @@ from pathlib import Path
 from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
 from ..config import ConfigError, OuroborosConfig, SpeculativeConfig
 from ..events import Stats
-from ..theory import expected_speedup, expected_tokens_per_forward, per_token_acceptance
+from ..theory import draft_cost_ratio, expected_speedup, expected_tokens_per_forward, per_token_acceptance
 
 REFERENCE = "hf_greedy"
 HF_METHODS = {
@@ -207,7 +207,7 @@ def expected_speculative(run: MethodRun, gamma: int) -> dict:
     """The speedup the draft-model formula predicts from this run's own per-token acceptance and costs."""
     a = per_token_acceptance(run.total("accepted_tokens"), run.total("rejected_steps"))
     # c: one draft forward's cost over one target forward's (speculative drafts one token per forward).
-    c = (run.total("draft_seconds") / run.drafted) / (run.total("verify_seconds") / run.forwards)
+    c = draft_cost_ratio(run.total("draft_seconds"), run.drafted, run.total("verify_seconds"), run.forwards)
     return {"per_token_acceptance": round(a, 3), "cost_ratio_c": round(c, 3),
             "expected_tokens_per_forward": round(expected_tokens_per_forward(a, gamma), 3),
             "expected_speedup": round(expected_speedup(a, gamma, c), 3)}

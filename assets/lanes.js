@@ -1,0 +1,48 @@
+// Lanes follow their text as it streams, until the viewer scrolls up in a lane; scrolling back to its
+// bottom follows again, and a new race or replay follows from the start. Gradio replaces a lane's HTML on
+// every update (patching its text in place, or a new box that opens at its top), so what each lane is doing
+// is kept here, by lane.
+(() => {
+  if (window.__lanesFollow) return;  // Gradio may put the page's head in twice
+  window.__lanesFollow = true;
+  const NEAR_BOTTOM_PX = 24;
+  const following = {};  // lane id -> false once the viewer scrolled up in it
+  const offset = {};  // lane id -> where the viewer left it
+  const boxOf = lane => lane.querySelector('.lane-text');
+
+  document.addEventListener('scroll', event => {
+    const box = event.target;
+    if (!(box instanceof Element) || !box.classList.contains('lane-text') || box.dataset.placing) return;
+    const lane = box.closest('[id^="lane-"]');
+    if (!lane) return;
+    following[lane.id] = box.scrollHeight - box.scrollTop - box.clientHeight <= NEAR_BOTTOM_PX;
+    offset[lane.id] = box.scrollTop;
+  }, true);
+
+  const shownBox = {};  // lane id -> the box last placed (Gradio may replace it, or patch it in place)
+  const place = lane => {
+    const box = boxOf(lane);
+    if (!box) return;
+    const fresh = shownBox[lane.id] !== box;
+    shownBox[lane.id] = box;
+    if (following[lane.id] === false && !fresh) return;  // the viewer's own scroll position stands
+    box.dataset.placing = '1';
+    box.scrollTop = following[lane.id] === false ? (offset[lane.id] || 0) : box.scrollHeight;
+    requestAnimationFrame(() => { delete box.dataset.placing; });
+  };
+
+  const restart = () => { for (const id of Object.keys(following)) delete following[id]; };
+  document.addEventListener('click', event => {
+    if (event.target instanceof Element && event.target.closest('#run, #replay')) restart();
+  }, true);
+
+  new MutationObserver(records => {
+    const lanes = new Set();
+    for (const record of records) {
+      const node = record.target instanceof Element ? record.target : record.target.parentElement;
+      const lane = node && node.closest('[id^="lane-"]');
+      if (lane) lanes.add(lane);
+    }
+    lanes.forEach(place);
+  }).observe(document.documentElement, {childList: true, characterData: true, subtree: true});
+})();

@@ -1,0 +1,87 @@
+"""The step inspector: what the target verified in one forward of the Ouroboros lane, the paper's figure for the
+viewer's own prompt. The trunk and each branch with its source and where it hangs, the path the target walked,
+the rejected tail and the target's own token, with the step's draft and verify milliseconds."""
+
+from __future__ import annotations
+
+import html
+
+from ouroboros_core.events import Source, StepEvent, Token
+from ouroboros_core.race import Lane
+
+SOURCE_NAMES = {Source.DRAFT: "draft model", Source.POOL: "pool phrase", Source.PROMPT: "prompt lookup",
+                Source.TARGET: "the target"}
+CONTEXT_CHARS = 80  # how much of the text before the step is shown
+
+
+def chip(token: Token, state: str) -> str:
+    """One token: coloured by its source, marked by what the target made of it (kept, rejected, not on the
+    walked path, the target's own)."""
+    text = html.escape(token.text).replace("\n", "↵").replace(" ", "·") or "∅"
+    titles = {"kept": "kept by the target", "rejected": "rejected by the target",
+              "unwalked": "verified in the same forward, not on the path the target walked",
+              "own": "the target's own token"}
+    return (f'<span class="chip tok-{token.source.value} {state}" title="{SOURCE_NAMES[token.source]}: '
+            f'{titles[state]}">{text}</span>')
+
+
+def sources_of(tokens) -> str:
+    names = []
+    for token in tokens:
+        if SOURCE_NAMES[token.source] not in names:
+            names.append(SOURCE_NAMES[token.source])
+    return " + ".join(names) or "-"
+
+
+def trunk_row(step: StepEvent) -> str:
+    kept = step.trunk_accepted
+    chips = [chip(t, "kept" if i < kept else "rejected") for i, t in enumerate(step.trunk)]
+    return (f'<tr class="trunk"><th>trunk</th><td>{sources_of(step.trunk)}</td><td>the text so far</td>'
+            f'<td>{"".join(chips) or "<i>nothing drafted</i>"}</td></tr>')
+
+
+def branch_rows(step: StepEvent) -> list[str]:
+    rows = []
+    for b, (branch, at) in enumerate(zip(step.branches, step.attach)):
+        if b == step.branch:
+            accepted = len(step.accepted) - step.trunk_accepted
+            chips = [chip(t, "kept" if i < accepted else "rejected") for i, t in enumerate(branch)]
+            name = f"branch {b + 1} (walked)"
+        else:
+            chips = [chip(t, "unwalked") for t in branch]
+            name = f"branch {b + 1}"
+        where = "the whole trunk" if at == len(step.trunk) else f"trunk token {at}" if at else "the text so far"
+        rows.append(f'<tr class="branch{" walked" if b == step.branch else ""}"><th>{name}</th>'
+                    f'<td>{sources_of(branch)}</td><td>{where}</td><td>{"".join(chips)}</td></tr>')
+    return rows
+
+
+def step_html(lane: Lane, number: int) -> str:
+    """Step `number` (1-based) of a finished lane's recorded events."""
+    if not lane.events:
+        return '<div class="inspector empty">Run a race to inspect its steps.</div>'
+    number = min(max(int(number), 1), len(lane.events))
+    step = lane.events[number - 1]
+    before = "".join(t.text for event in lane.events[: number - 1] for t in event.committed)
+    context = ("…" if len(before) > CONTEXT_CHARS else "") + html.escape(before[-CONTEXT_CHARS:])
+    fed = 1 + len(step.trunk) + sum(map(len, step.branches))
+    head = (f'<div class="step-head"><b>Step {number} of {len(lane.events)}</b> · drafted in '
+            f"{step.draft_ms:.1f} ms · verified in {step.verify_ms:.1f} ms, one target forward over {fed} "
+            f"token{'s' if fed > 1 else ''} · <b>{len(step.committed)} token{'s' if len(step.committed) != 1 else ''}"
+            f" landed</b></div>")
+    table = ('<table class="tree"><thead><tr><th>candidate</th><th>from</th><th>hangs after</th><th>tokens</th>'
+             "</tr></thead><tbody>" + trunk_row(step) + "".join(branch_rows(step)) + "</tbody></table>")
+    own = chip(step.target_token, "own") if step.target_token else "<i>none: a limit ended the step</i>"
+    walked = "".join(chip(t, "kept") for t in step.accepted) + own
+    rejected = "".join(chip(t, "rejected") for t in step.rejected) or "<i>nothing</i>"
+    path = (f'<div class="walk"><span class="what">The target walked:</span> {walked}</div>'
+            f'<div class="walk"><span class="what">Rejected on that path:</span> {rejected}</div>')
+    return (f'<div class="inspector">{head}<pre class="step-context">{context}<span class="here">▌</span></pre>'
+            f"{table}{path}</div>")
+
+
+def best_step(lane: Lane) -> int:
+    """The step to open first: the one that landed the most tokens (the first of them)."""
+    if not lane.events:
+        return 1
+    return max(range(len(lane.events)), key=lambda i: (len(lane.events[i].committed), -i)) + 1
