@@ -63,11 +63,17 @@ class OuroborosConfig:
     draft_candidates: int = 2  # pool phrases the draft verifies inside its own forward
     pool_size: int = 50_000  # global bound on phrases held by the pool
     prompt_lookup: bool = True  # also pool the phrases of the prompt and of the text so far
+    max_trunk: int = 6  # past gamma, the draft goes on while sure of its latest token, up to this many tokens
+    extend_above: float = 0.4  # sure: its probability for that token is above this (1.0: never)
+    second_above: float = 0.1  # the draft's second choice where its probability is above this is verified too,
+    #                            as a one-token branch in place of the first (1.0: never)
     lookup: int = 12  # L: one more branch, up to L tokens that followed an earlier match of the text's last
     #                   two tokens in the prompt and text so far (0: none); longer than pool phrases
 
     def __post_init__(self):
         _validate_ints(self)
+        for name in ("extend_above", "second_above"):
+            check_float(name, getattr(self, name), 0.0, 1.0)
         if not isinstance(self.prompt_lookup, bool):
             raise ConfigError(f"prompt_lookup must be true or false, got {self.prompt_lookup!r}")
 
@@ -81,6 +87,7 @@ RANGES = {
     "draft_candidates": (0, 32),
     "pool_size": (1, 10_000_000),
     "lookup": (0, 64),
+    "max_trunk": (1, 64),
 }
 
 

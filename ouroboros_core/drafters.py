@@ -145,12 +145,19 @@ class Ouroboros(Vanilla):
         sequence = list(committed)
         trunk: list[int] = []
         sources: list[Source] = []
+        # At least gamma tokens; then on while the draft is sure of its latest token (where it agrees with the
+        # target far more often), up to max_trunk.
         want = 0 if self.copying else min(cfg.gamma, limit)
-        while len(trunk) < want:
-            new, new_sources = self._draft_step(sequence)
+        most = 0 if self.copying else min(max(cfg.max_trunk, want), limit)
+        sure = True
+        alternatives = []  # (trunk position, the draft's second choice there, its probability)
+        while len(trunk) < want or (sure and len(trunk) < most):
+            new, new_sources, (first_p, second, second_p) = self._draft_step(sequence)
+            alternatives.append((len(trunk) + len(new) - 1, second, second_p))
             trunk += new
             sources += new_sources
             sequence += new
+            sure = first_p > cfg.extend_above
         trunk, sources = trunk[:limit], sources[:limit]
         room = limit - len(trunk)
         branches, branch_sources, attach = [], [], []
@@ -164,6 +171,13 @@ class Ouroboros(Vanilla):
             branches.append(found[common:])
             branch_sources.append(Source.PROMPT)
             attach.append(common)
+        # Where the draft hesitated, its second choice as a one-token branch in place of its first: the target
+        # walks it if it rejects the first and picks the second, in the same forward.
+        for at, second, second_p in alternatives:
+            if at < len(trunk) and second_p > cfg.second_above:
+                branches.append([second])
+                branch_sources.append(Source.DRAFT)
+                attach.append(at)
         if room > 0 and cfg.branches:
             key = trunk[-1] if trunk else committed[-1]
             after_trunk = [b for b, a in zip(branches, attach) if a == len(trunk)]
@@ -176,8 +190,9 @@ class Ouroboros(Vanilla):
                 attach.append(len(trunk))
         return Proposal(trunk, sources, branches, branch_sources, attach)
 
-    def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source]]:
-        """One draft forward: the next token, or a verified pool phrase plus the token after it."""
+    def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source], tuple[float, int, float]]:
+        """One draft forward: the next token, or a verified pool phrase plus the token after it; and at that
+        last token, the draft's probability for it, its second choice and that one's probability."""
         cfg = self.config
         candidates = [(phrase, source) for phrase, source in self.pool.lookup(sequence[-1], cfg.draft_candidates)
                       if self.runner.readable(phrase)]  # the pool also holds the target's tokens
@@ -198,11 +213,14 @@ class Ouroboros(Vanilla):
         verdict = walk_tree([], phrases, [guesses[0]], phrase_out)
         if columns:
             self._advance_window([window_out[i * depth + depth - 1] for i in range(len(columns))])
-        if verdict.branch is None:
-            return [verdict.next_token], [Source.DRAFT]
-        matched = phrases[verdict.branch][: verdict.branch_accepted]
-        source = candidates[verdict.branch][1]
-        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT]
+        matched, source, row = [], Source.DRAFT, 0
+        if verdict.branch is not None:
+            matched = phrases[verdict.branch][: verdict.branch_accepted]
+            source = candidates[verdict.branch][1]
+            row = 1 + depth * len(columns) + sum(map(len, phrases[: verdict.branch])) + verdict.branch_accepted - 1
+        top = torch.softmax(logits[row].float(), dim=-1).topk(2)
+        choices = (float(top.values[0]), int(top.indices[1]), float(top.values[1]))
+        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], choices
 
     def _advance_window(self, newest: list[int]) -> None:
         if len(self.levels) == self.config.ngram - 1:

@@ -67,3 +67,20 @@ def test_every_method_equals_the_targets_own_generate(engine, prompt):
         if method == "ouroboros":
             # Branches from the text so far (prompt lookup, the phrase pool) were accepted, not only drafts.
             assert sum(s in (Source.POOL, Source.PROMPT) for s in accepted) > 0
+
+
+def test_the_draft_goes_on_while_sure_and_its_second_choices_stand_in(engine):
+    """The pair's own settings (max_trunk 6, extend_above 0.4, second_above 0.1): over these prompts some trunks
+    run past one draft token, and some steps walk a second choice, with outputs still the target's own."""
+    extended = walked_second = 0
+    for prompt in PROMPTS:
+        result = engine.generate(prompt, "ouroboros", N)
+        assert result.token_ids == target_generate(engine, prompt, N)
+        for step in result.events:
+            extended += sum(t.source == Source.DRAFT for t in step.trunk) > 1
+            if step.branch is not None and len(step.branches[step.branch]) == 1:
+                walked_second += step.branches[step.branch][0].source == Source.DRAFT
+    assert extended > 0 and walked_second > 0, (extended, walked_second)
+    # With both turned off the trunk is one draft forward and no branch is a second choice.
+    off = engine.generate(PROMPTS[0], "ouroboros", N, max_trunk=1, second_above=1.0)
+    assert all(len(b) > 1 or b[0].source != Source.DRAFT for step in off.events for b in step.branches)

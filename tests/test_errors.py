@@ -107,6 +107,10 @@ def test_unknown_option_names_it_and_the_allowed_ones(engine, method, option):
     ("ouroboros", "gamma", 2.5, "whole number from 1 to 64"),
     ("speculative", "gamma", "4", "whole number from 1 to 64"),
     ("ouroboros", "window", True, "whole number from 0 to 64"),
+    ("ouroboros", "max_trunk", 0, "from 1 to 64"),
+    ("ouroboros", "extend_above", 1.5, "from 0.0 to 1.0"),
+    ("ouroboros", "second_above", -0.1, "from 0.0 to 1.0"),
+    ("ouroboros", "second_above", "0.1", "number from 0.0 to 1.0"),
 ])
 def test_hyperparameters_out_of_range(engine, method, option, value, allowed):
     with pytest.raises(ConfigError) as err:
