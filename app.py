@@ -28,6 +28,7 @@ from ui.page import EXAMPLES, KNOB_INFO, pair_description
 from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, badge_html, lane_parts, race_log_line, summary_html
 from ui.replay import SPEEDS, replay
 from ui.sessions import Sessions
+from ui.threads import DeviceThread, Latest
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 LIMITS = Limits.from_env()  # the host's caps on what a visitor may ask for
@@ -54,20 +55,28 @@ except ImportError:
     ZERO_GPU = False
 
 
+DEVICE = DeviceThread(inline=ZERO_GPU)
+
+
 def get_engine():
-    """Load the pair once per process, on first use (never at import)."""
-    global _engine
+    """Load the pair once per process, on first use (never at import), on the device thread."""
     with _engine_lock:
         if _engine is None:
-            from ouroboros_core import load_engine
-
-            # Settings come from the environment of the host (a Space's variables), never from the page.
-            _engine = load_engine(os.environ.get("OUROBOROS_TARGET") or os.environ.get("OUROBOROS_PRESET"),
-                                  os.environ.get("OUROBOROS_DRAFT"), os.environ.get("OUROBOROS_DEVICE"),
-                                  dtype=os.environ.get("OUROBOROS_DTYPE") or None, check_memory=not ZERO_GPU)
-            if not ZERO_GPU:  # there the first race, inside its GPU function, warms up instead
-                _engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
+            DEVICE.call(load_pair)
         return _engine
+
+
+def load_pair() -> None:
+    global _engine
+    from ouroboros_core import load_engine
+
+    # Settings come from the environment of the host (a Space's variables), never from the page.
+    engine = load_engine(os.environ.get("OUROBOROS_TARGET") or os.environ.get("OUROBOROS_PRESET"),
+                         os.environ.get("OUROBOROS_DRAFT"), os.environ.get("OUROBOROS_DEVICE"),
+                         dtype=os.environ.get("OUROBOROS_DTYPE") or None, check_memory=not ZERO_GPU)
+    if not ZERO_GPU:  # there the first race, inside its GPU function, warms up instead
+        engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
+    _engine = engine
 
 
 def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling):
@@ -78,10 +87,10 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling):
     try:
         updates = race(engine, prompt, methods, max_new_tokens, per_method, stop, pools)
         # race() is a generator: the engine validates the request on its first step, so take it here.
-        first = next(updates)
+        first = DEVICE.call(next, updates)
     except ConfigError as err:
         raise refuse(str(err)) from None
-    return itertools.chain([first], updates)
+    return itertools.chain([first], DEVICE.iterate(updates))
 
 
 def race_verdicts(prompt: str, lanes: dict[str, Lane]) -> dict[str, OutputVerdict]:
@@ -89,7 +98,8 @@ def race_verdicts(prompt: str, lanes: dict[str, Lane]) -> dict[str, OutputVerdic
     if any(lane.done is None or lane.done.stop_reason == "cancelled" for lane in lanes.values()):
         return {}
     reference = lanes["vanilla"].done.token_ids
-    return {method: get_engine().verdict(prompt, reference, lane.done.token_ids)
+    engine = get_engine()
+    return {method: DEVICE.call(engine.verdict, prompt, reference, lane.done.token_ids)
             for method, lane in lanes.items() if method != "vanilla"}
 
 
@@ -102,21 +112,6 @@ def render(lanes: dict[str, Lane], colour: bool, chart: bool = True, verdicts: d
     out = [part for method in ("vanilla", "ouroboros", "speculative") for part in lane_parts(lanes, method, colour)]
     return out + [chart_svg(lanes) if chart else gr.skip(), badge_html(lanes, verdicts),
                   summary_html(lanes, speculative_gamma())]
-
-
-class Latest:
-    """Iterates over `items` and keeps the last one given, also when the consumer stops half-way."""
-
-    def __init__(self, items):
-        self.items = iter(items)
-        self.value = None
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        self.value = next(self.items)
-        return self.value
 
 
 def streamed(updates: Iterator[dict[str, Lane]], colour: bool, extra: list) -> Iterator[list]:

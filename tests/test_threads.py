@@ -1,0 +1,69 @@
+"""Engine calls from the app run on one device thread (one OpenMP team on a CPU), and a race the visitor
+leaves is closed there too; on ZeroGPU they run where they are made."""
+
+from __future__ import annotations
+
+import threading
+
+import app
+from ui.threads import DeviceThread, Latest
+
+
+def recording(names: list, closed: list):
+    try:
+        for i in range(5):
+            names.append(threading.current_thread().name)
+            yield i
+    finally:
+        closed.append(threading.current_thread().name)
+
+
+def test_every_step_runs_on_the_one_device_thread_and_a_left_race_is_closed_there():
+    device = DeviceThread(inline=False)
+    names, closed = [], []
+    assert list(device.iterate(recording(names, closed))) == [0, 1, 2, 3, 4]
+    assert len(set(names)) == 1 and names[0].startswith("device") and closed == names[:1]
+    names, closed = [], []
+    left = device.iterate(recording(names, closed))
+    next(left)
+    next(left)
+    left.close()  # the visitor went away
+    assert closed == [names[0]] and names[0].startswith("device")
+    assert device.call(lambda: threading.current_thread().name) == names[0]
+
+
+def test_on_zero_gpu_calls_run_where_they_are_made():
+    device = DeviceThread(inline=True)
+    names, closed = [], []
+    assert list(device.iterate(recording(names, closed))) == [0, 1, 2, 3, 4]
+    assert set(names) == {threading.current_thread().name}
+
+
+def test_the_app_loads_and_races_on_its_device_thread():
+    assert app.DEVICE.executor is not None  # no `spaces` module here
+    engine = app.get_engine()
+    seen = []
+    original = engine.stream
+
+    def stream(*args, **kwargs):
+        events = original(*args, **kwargs)
+
+        def watched():
+            for event in events:
+                seen.append(threading.current_thread().name)
+                yield event
+        return watched()
+
+    engine.stream = stream
+    try:
+        for _ in app.run_race("def f():\n", 8, {}, ["vanilla", "ouroboros"], None, {}, {}):
+            pass
+    finally:
+        del engine.stream
+    assert seen and {name.split("_")[0] for name in seen} == {"device"}
+
+
+def test_latest_keeps_the_last_item_given():
+    items = Latest(iter([1, 2, 3]))
+    assert next(items) == 1 and items.value == 1
+    assert list(items) == [2, 3] and items.value == 3
