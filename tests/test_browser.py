@@ -94,27 +94,37 @@ def browser():
         browser.close()
 
 
-@pytest.fixture(scope="module")
-def context(browser):
-    # One context for the module: its warm HTTP and code caches make each fresh page load far cheaper.
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+def open_context(browser, width: int = 1280, height: int = 1000):
+    """A browser context at that viewport, with generous timeouts and the queue recorder in every page."""
+    context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(RACE_TIMEOUT_MS)
     context.add_init_script(RECORD_QUEUE_MESSAGES)
     sync_api.expect.set_options(timeout=RACE_TIMEOUT_MS)
+    return context
+
+
+def open_page(context, url: str):
+    """A freshly loaded page (a new visitor session on the server) that can reach nothing but the app."""
+    page = context.new_page()
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(url) else route.abort())
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.goto(url, wait_until="domcontentloaded")
+    page.locator("#run").wait_for()
+    return page
+
+
+@pytest.fixture(scope="module")
+def context(browser):
+    # One context for the module: its warm HTTP and code caches make each fresh page load far cheaper.
+    context = open_context(browser)
     yield context
     context.close()
 
 
 @pytest.fixture
 def page(context, app_server):  # noqa: F811
-    """A freshly loaded page: a new visitor session on the server."""
-    page = context.new_page()
-    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(app_server.url)
-               else route.abort())
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.goto(app_server.url, wait_until="domcontentloaded")
-    page.locator("#run").wait_for()
+    page = open_page(context, app_server.url)
     yield page
     page.close()
 

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from app_server import app_server  # noqa: F401  (the fixture)
-from test_browser import (CODE_PROMPT, RACE_TIMEOUT_MS, RECORD_QUEUE_MESSAGES, browser,  # noqa: F401
-                          finished_badge, is_race_join, start_race, sync_api)
+# browser and page: test_browser's fixtures; page opens in this module's context (the two sizes)
+from test_browser import (CODE_PROMPT, browser, finished_badge, is_race_join, open_context, page,  # noqa: F401
+                          start_race, sync_api)
 
 SIZES = {"laptop": (1400, 900), "phone": (390, 844)}
 # A prompt the embedded pair runs on in a loop: a long race fills the lanes past their height.
@@ -29,26 +30,9 @@ def size(request):
 
 @pytest.fixture(scope="module")
 def context(browser, size):  # noqa: F811
-    width, height = SIZES[size]
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.set_default_timeout(RACE_TIMEOUT_MS)
-    context.add_init_script(RECORD_QUEUE_MESSAGES)
-    sync_api.expect.set_options(timeout=RACE_TIMEOUT_MS)
+    context = open_context(browser, *SIZES[size])
     yield context
     context.close()
-
-
-@pytest.fixture
-def page(context, app_server):  # noqa: F811
-    page = context.new_page()
-    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(app_server.url)
-               else route.abort())
-    page.errors = []
-    page.on("pageerror", lambda error: page.errors.append(str(error)))
-    page.goto(app_server.url, wait_until="domcontentloaded")
-    page.locator("#run").wait_for()
-    yield page
-    page.close()
 
 
 def run_to_the_end(page) -> str:
