@@ -74,6 +74,11 @@ def test_lane_parts_of_a_missing_lane_are_empty_and_vanilla_is_never_coloured():
 
 def test_badge_names_identical_differing_and_stopped_races():
     assert "Identical outputs: 3 tokens" in badge_html(race_lanes())
+    one = race_lanes()
+    for lane in one.values():
+        lane.committed = lane.committed[:1]
+        lane.done = DoneEvent(lane.done.token_ids[:1], "", lane.done.stats, "max_new_tokens")
+    assert "Identical outputs: 1 token," in badge_html(one) and "· 1 token ·" in lane_stats(one["vanilla"], None)
     assert badge_html(race_lanes(ouroboros_ids=(1, 5, 3))) == "", "a difference waits for its measured verdict"
     differ = badge_html(race_lanes(ouroboros_ids=(1, 5, 3)), {})
     assert "Outputs differ" in differ and "at token 1" in differ and "This is a bug." in differ

@@ -22,6 +22,10 @@ LEGEND = ('<div class="legend">'
           '<s class="tok-rejected">drafted, rejected</s></div>')
 
 
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def token_spans(tokens, colour: bool) -> str:
     if not colour:
         return html.escape("".join(t.text for t in tokens))
@@ -40,7 +44,7 @@ def lane_html(lane: Lane, colour: bool) -> str:
 
 
 def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
-    parts = [f"<b>{lane.clock_s:.2f} s</b>", f"{lane.tokens} tokens", f"<b>{lane.tokens_per_second:.1f} tok/s</b>"]
+    parts = [f"<b>{lane.clock_s:.2f} s</b>", count(lane.tokens, "token"), f"<b>{lane.tokens_per_second:.1f} tok/s</b>"]
     if lane.method != "vanilla":
         if vanilla is not None and vanilla.tokens_per_second > 0 and lane.tokens:
             parts.append(f"<b>{lane.tokens_per_second / vanilla.tokens_per_second:.2f}x</b> vanilla")
@@ -71,7 +75,7 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
     reference = lanes["vanilla"].done.token_ids
     differing = [method for method, lane in lanes.items() if lane.done.token_ids != reference]
     if not differing:
-        return f'<div class="badge same">Identical outputs: {len(reference)} tokens, token for token.</div>'
+        return f'<div class="badge same">Identical outputs: {count(len(reference), "token")}, token for token.</div>'
     if verdicts is None:
         return ""
     ties = []
