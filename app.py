@@ -155,7 +155,7 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
     prompt, max_new_tokens, options = check_request(
         prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
     sampling = check_sampling(temperature, top_p, seed)
-    who = request.session_hash or "anonymous"
+    who = visitor(request)
     session = SESSIONS.get(who)
     session["race"] = None  # a replay of the last race stops here
     stop = session["stop"]  # cleared by arm_stop when Run was pressed; a Stop while queued stays set
@@ -182,7 +182,7 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
 @shielded
 def replay_ui(speed, colour, request: gr.Request):
     """The session's last race again, from its recorded events, at its true relative timings times `speed`."""
-    session = SESSIONS.get(request.session_hash or "anonymous")
+    session = SESSIONS.get(visitor(request))
     recorded = session.get("race")
     if recorded is None:
         raise refuse("Run a race first: Replay shows the last race again, at the speed you pick.")
@@ -198,7 +198,7 @@ def replay_ui(speed, colour, request: gr.Request):
 
 
 def inspect_step(number, request: gr.Request) -> str:
-    recorded = SESSIONS.get(request.session_hash or "anonymous").get("race")
+    recorded = SESSIONS.get(visitor(request)).get("race")
     if recorded is None or "ouroboros" not in recorded[0]:
         return ""
     return step_html(recorded[0]["ouroboros"], number or 1)
@@ -253,18 +253,22 @@ def validate_race(prompt, max_new_tokens, gamma, window, ngram, branches, temper
     return [gr.validate(problem is None, problem or "") for problem in problems]
 
 
+def visitor(request: gr.Request) -> str:
+    return request.session_hash or "anonymous"
+
+
 def arm_stop(request: gr.Request):
     """Runs at once when Run is pressed, before the race waits for the device: a Stop pressed from now
     on, even while the race still waits in the queue, ends that race."""
-    SESSIONS.get(request.session_hash or "anonymous")["stop"].clear()
+    SESSIONS.get(visitor(request))["stop"].clear()
 
 
 def request_stop(request: gr.Request):
-    SESSIONS.get(request.session_hash or "anonymous")["stop"].set()
+    SESSIONS.get(visitor(request))["stop"].set()
 
 
 def forget_session(request: gr.Request):
-    SESSIONS.drop(request.session_hash or "anonymous")
+    SESSIONS.drop(visitor(request))
 
 
 def clear():

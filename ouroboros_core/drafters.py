@@ -206,8 +206,9 @@ class Ouroboros(Vanilla):
         logits = self.runner.forward(sequence, columns + phrases, offsets)
         guesses = logits.argmax(dim=-1).tolist()
         window_out = guesses[1 : 1 + depth * len(columns)]
-        phrase_out, start = [], 1 + depth * len(columns)
+        phrase_out, rows, start = [], [], 1 + depth * len(columns)
         for phrase in phrases:
+            rows.append(start)  # the logits row after the phrase's first token
             phrase_out.append(guesses[start : start + len(phrase)])
             start += len(phrase)
         verdict = walk_tree([], phrases, [guesses[0]], phrase_out)
@@ -217,10 +218,18 @@ class Ouroboros(Vanilla):
         if verdict.branch is not None:
             matched = phrases[verdict.branch][: verdict.branch_accepted]
             source = candidates[verdict.branch][1]
-            row = 1 + depth * len(columns) + sum(map(len, phrases[: verdict.branch])) + verdict.branch_accepted - 1
-        top = torch.softmax(logits[row].float(), dim=-1).topk(2)
-        choices = (float(top.values[0]), int(top.indices[1]), float(top.values[1]))
-        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], choices
+            row = rows[verdict.branch] + verdict.branch_accepted - 1
+        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], self._choices(logits[row])
+
+    def _choices(self, logits: torch.Tensor) -> tuple[float, int, float]:
+        """The draft's probability for its first choice, its second choice and that one's probability; read
+        only where the settings use them (one transfer from the device)."""
+        cfg = self.config
+        if cfg.max_trunk <= cfg.gamma and cfg.second_above >= 1.0:
+            return 1.0, -1, 0.0
+        values, indices = torch.softmax(logits.float(), dim=-1).topk(2)
+        first_p, second_p, _, second = torch.cat([values.double(), indices.double()]).tolist()
+        return first_p, int(second), second_p
 
     def _advance_window(self, newest: list[int]) -> None:
         if len(self.levels) == self.config.ngram - 1:

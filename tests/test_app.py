@@ -35,6 +35,11 @@ def assert_serving(client):
     assert 1 <= result["vanilla"]["stats"]["new_tokens"] <= 4
 
 
+def committed(steps: list[dict]) -> list[dict]:
+    """The tokens the steps committed, in order: each step's accepted drafts, then the target's own token."""
+    return [t for step in steps for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])]
+
+
 def test_race_returns_identical_lanes_with_stats(client):
     result = race(client, CODE_PROMPT, 24)
 
@@ -66,12 +71,8 @@ def test_race_returns_identical_lanes_with_stats(client):
     for method, lane in result.items():
         steps = lane["steps"]
         assert [step["index"] for step in steps] == list(range(lane["stats"]["target_forwards"])), method
-        ids = [t["id"] for step in steps
-               for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])]
-        assert ids == lane["token_ids"], method
-        assert "".join(t["text"] for step in steps
-                       for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])) \
-            == lane["text"], method
+        assert [t["id"] for t in committed(steps)] == lane["token_ids"], method
+        assert "".join(t["text"] for t in committed(steps)) == lane["text"], method
     assert all(step["drafted"] == [] for step in vanilla["steps"])
     assert any(step["accepted"] for step in ouroboros["steps"]), "the race should accept some drafts"
 
@@ -144,9 +145,7 @@ def test_a_sampled_race_is_identical_repeats_with_its_seed_and_differs_from_gree
         assert result["vanilla"]["token_ids"] == result["ouroboros"]["token_ids"]
         assert result["ouroboros"]["verdict"]["kind"] == "identical"
         for lane in ("vanilla", "ouroboros"):
-            steps = result[lane]["steps"]
-            ids = [t["id"] for step in steps for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])]
-            assert ids == result[lane]["token_ids"]
+            assert [t["id"] for t in committed(result[lane]["steps"])] == result[lane]["token_ids"]
     assert first["vanilla"]["sampling"] == first["ouroboros"]["sampling"] == {"temperature": 0.8, "top_p": 0.95,
                                                                                "seed": 7}
     assert greedy["ouroboros"]["sampling"] is None
