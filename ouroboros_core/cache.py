@@ -1,11 +1,15 @@
-"""The one place that touches the KV cache API (transformers 5 DynamicCache)."""
+"""The one place that touches the KV cache API (transformers 5 DynamicCache, or the lean draft's LeanCache)."""
 
 from __future__ import annotations
 
 from transformers import DynamicCache
 
+from .lean import LeanCache, LeanDecoder
 
-def new_cache(model) -> DynamicCache:
+
+def new_cache(model) -> DynamicCache | LeanCache:
+    if isinstance(model, LeanDecoder):
+        return model.new_cache()
     return DynamicCache(config=model.config)
 
 

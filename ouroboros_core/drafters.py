@@ -46,7 +46,7 @@ class DraftRunner:
     """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to extend."""
 
     def __init__(self, model):
-        self.model = model
+        self.model = model  # a transformers model, or the LeanDecoder that wraps it
         self.cache = new_cache(model)
         self.fed: list[int] = []  # tokens whose keys and values are in the cache
         self.vocab = model.get_input_embeddings().num_embeddings

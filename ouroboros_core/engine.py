@@ -13,6 +13,7 @@ from .cache import cache_length, keep_span, new_cache, truncate
 from .config import ConfigError, OuroborosConfig, build_configs, check_int
 from .drafters import Ouroboros, Proposal, Speculative, Vanilla
 from .events import DoneEvent, Event, Result, Source, Stats, StepEvent, Token
+from .lean import lean_draft
 from .pool import PhrasePool
 from .verdict import OutputVerdict, output_verdict
 from .verify import Verdict, forward_tree, input_device, row_positions, target_tokens, walk_tree
@@ -166,9 +167,17 @@ class Engine:
         if draft is not None:
             self.max_context = min(self.max_context, context_limit(draft))
         self._token_texts: dict[int, str] = {}
+        self._draft_forward = None  # the draft as drafters call it: see draft_forward()
         self.defaults = {method: dict(options) for method, options in (defaults or {}).items()}
         for method, options in self.defaults.items():
             build_configs(method, options)  # a bad preset fails here, not on a visitor's request
+
+    def draft_forward(self):
+        """The draft as the drafters run it: its lean forward where that gives the draft's own logits (checked
+        once, on the first request, so that start-up touches no device), else the model itself."""
+        if self._draft_forward is None:
+            self._draft_forward = lean_draft(self.draft) or self.draft
+        return self._draft_forward
 
     def token_text(self, token_id: int) -> str:
         """A drafted token's text on its own, for display (committed tokens get exact pieces instead)."""
@@ -223,11 +232,11 @@ class Engine:
         if method == "vanilla":
             drafter = Vanilla()
         elif method == "speculative":
-            drafter = Speculative(self.draft, method_config)
+            drafter = Speculative(self.draft_forward(), method_config)
         else:
             if pool is None:
                 pool = PhrasePool(method_config.guess_set, method_config.pool_size)
-            drafter = Ouroboros(self.draft, method_config, pool, self.max_context)
+            drafter = Ouroboros(self.draft_forward(), method_config, pool, self.max_context)
         return self._loop(ids, max_new_tokens, sampling, drafter, stop)
 
     def generate(self, prompt: str, method: str = "ouroboros", max_new_tokens: int = 128, **options) -> Result:

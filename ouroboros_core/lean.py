@@ -1,0 +1,158 @@
+"""A lean forward for Llama-family drafts: the same arithmetic as transformers, without its per-call overhead.
+
+The draft runs a dozen small forwards per answer where the target runs a few. For a small draft most of a
+transformers forward is Python around the arithmetic (mask building, cache bookkeeping, output classes):
+on the embedded 2-layer draft, about half of it. `lean_draft` wraps a Llama, Mistral or Qwen2 model in
+`LeanDecoder`, which reads the model's own weights and rotary embedding and keeps its keys and values in
+one preallocated buffer, and checks on a short input that it gives the model's own logits before it is used;
+any other model (or one split over devices) keeps the transformers forward. Only the draft runs here: the
+target, whose tokens are the output, always runs through transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+LEAN_TYPES = ("llama", "mistral", "qwen2")
+
+
+class LeanCache:
+    """Keys and values of every layer in one buffer (layers, 2, 1, kv_heads, capacity, head_dim), grown by
+    doubling; the same calls as transformers' DynamicCache that cache.py makes."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device, capacity: int = 256):
+        self.buffer = torch.zeros(layers, 2, 1, kv_heads, capacity, head_dim, dtype=dtype, device=device)
+        self.length = 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, count: int) -> None:
+        assert count < 0, "crop takes a negative count of tokens to drop"
+        self.length = max(0, self.length + count)
+
+    def reserve(self, length: int) -> None:
+        capacity = self.buffer.shape[-2]
+        if length > capacity:
+            grown = self.buffer.new_zeros(*self.buffer.shape[:-2], max(length, 2 * capacity), self.buffer.shape[-1])
+            grown[..., : self.length, :] = self.buffer[..., : self.length, :]
+            self.buffer = grown
+
+
+@dataclass
+class LeanOutput:
+    logits: torch.Tensor
+
+
+class LeanDecoder:
+    """Called like the model it wraps (input_ids, position_ids, a 4D additive mask or None, a LeanCache)."""
+
+    def __init__(self, model):
+        self.model = model
+        config = model.config
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps = config.rms_norm_eps
+        inner = model.model
+        self.embed = inner.embed_tokens.weight
+        self.rotary = inner.rotary_emb
+        self.norm = inner.norm.weight
+        self.head = model.lm_head.weight
+        self.layers = []
+        for layer in inner.layers:
+            attention, mlp = layer.self_attn, layer.mlp
+            self.layers.append((layer.input_layernorm.weight, attention.q_proj, attention.k_proj, attention.v_proj,
+                                attention.o_proj, attention.scaling, layer.post_attention_layernorm.weight,
+                                mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight))
+
+    @property
+    def dtype(self):
+        return self.model.dtype
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def new_cache(self) -> LeanCache:
+        return LeanCache(len(self.layers), self.kv_heads, self.head_dim, self.embed.dtype, self.embed.device)
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        # As transformers' LlamaRMSNorm: in float32, then back to the input's dtype before the weight.
+        x32 = x.float()
+        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    @torch.no_grad()
+    def __call__(self, *, input_ids, position_ids, attention_mask, past_key_values: LeanCache, logits_to_keep: int = 0,
+                 use_cache: bool = True) -> LeanOutput:
+        cache = past_key_values
+        n, past = input_ids.shape[1], cache.length
+        cache.reserve(past + n)
+        x = F.embedding(input_ids, self.embed)  # (1, n, hidden)
+        cos, sin = self.rotary(x, position_ids)
+        cos, sin = cos[:, None], sin[:, None]  # (1, 1, n, head_dim)
+        mask = attention_mask
+        if mask is None and n > 1:  # a causal run after the cache (sdpa's is_causal aligns top-left)
+            mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(past)
+        gqa = self.kv_heads != self.heads
+        for i, (norm1, q_proj, k_proj, v_proj, o_proj, scaling, norm2, gate, up, down) in enumerate(self.layers):
+            h = self._rms(x, norm1)
+            q = F.linear(h, q_proj.weight, q_proj.bias).view(1, n, self.heads, self.head_dim).transpose(1, 2)
+            k = F.linear(h, k_proj.weight, k_proj.bias).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = F.linear(h, v_proj.weight, v_proj.bias).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            keys, values = cache.buffer[i, 0], cache.buffer[i, 1]  # (1, kv_heads, capacity, head_dim)
+            keys[:, :, past : past + n] = self._rotate(k, cos, sin)
+            values[:, :, past : past + n] = v
+            attended = F.scaled_dot_product_attention(
+                self._rotate(q, cos, sin), keys[:, :, : past + n], values[:, :, : past + n], attn_mask=mask,
+                scale=scaling, enable_gqa=gqa)
+            x = x + F.linear(attended.transpose(1, 2).reshape(1, n, -1), o_proj.weight, o_proj.bias)
+            h = self._rms(x, norm2)
+            x = x + F.linear(F.silu(F.linear(h, gate)) * F.linear(h, up), down)
+        cache.length = past + n
+        kept = x[:, -logits_to_keep:] if logits_to_keep else x
+        return LeanOutput(F.linear(self._rms(kept, self.norm), self.head))
+
+
+def _shaped_like_llama(model) -> bool:
+    config = model.config
+    if config.model_type not in LEAN_TYPES or getattr(config, "hidden_act", None) != "silu":
+        return False
+    if getattr(config, "mlp_bias", False) or getattr(config, "pretraining_tp", 1) != 1:
+        return False
+    if getattr(config, "use_sliding_window", False) or getattr(config, "sliding_window", None):
+        return False  # a sliding window masks keys the lean forward would attend to
+    if len({p.device for p in model.parameters()}) != 1 or getattr(model, "hf_device_map", None):
+        return False
+    inner = getattr(model, "model", None)
+    return all(hasattr(inner, name) for name in ("embed_tokens", "rotary_emb", "norm", "layers"))
+
+
+def lean_draft(model):
+    """A LeanDecoder for `model` if it is a plain Llama-family model and matches the model's own logits on a
+    short input; else None (the caller keeps transformers' forward)."""
+    if not _shaped_like_llama(model):
+        return None
+    from transformers import DynamicCache
+
+    decoder = LeanDecoder(model)
+    device = decoder.embed.device
+    vocab = decoder.embed.shape[0]
+    ids = torch.arange(3, 11, device=device)[None] % vocab
+    positions = torch.arange(8, device=device)[None]
+    with torch.no_grad():
+        expected = model(input_ids=ids, position_ids=positions, past_key_values=DynamicCache(config=model.config),
+                         use_cache=True).logits
+    got = decoder(input_ids=ids, position_ids=positions, attention_mask=None, past_key_values=decoder.new_cache()).logits
+    # Same arithmetic, so the same logits up to the order of float sums; anything more is a different model.
+    tolerance = 1e-4 if model.dtype == torch.float32 else 5e-2
+    if not torch.allclose(got.float(), expected.float(), atol=tolerance * (1 + expected.abs().max().item()), rtol=0):
+        return None
+    return decoder
