@@ -88,26 +88,31 @@ class Speculative(Vanilla):
 COPY_RUN = 4  # tokens accepted from a context-lookup branch that switch the drafter to copying
 
 
-def context_lookup(sequence: list[int], length: int, match: int = 2, scan: int = 4096) -> list[int]:
-    """Up to `length` tokens that followed an earlier occurrence of the sequence's last `match` tokens
-    (prompt lookup, as in Saxena 2023), searched over the last `scan` tokens; [] if none.
+def context_lookup(sequence: list[int], length: int, longest: int = 4, scan: int = 4096) -> list[int]:
+    """Up to `length` tokens that followed an earlier occurrence of the sequence's last tokens (prompt lookup,
+    as in Saxena 2023), searched over the last `scan` tokens; [] if none.
 
-    The latest occurrence with `length` tokens after it wins, else the one with the most: in text that
-    repeats with a short period, the latest occurrence sits just before the end and has little after it.
+    The occurrence that matches the most of the sequence's tail (one token at least, `longest` at most)
+    wins: after `return self.` the tokens that followed `self.` anywhere are a weaker guess than those that
+    followed `return self.`. Among equal matches, the latest with `length` tokens after it, else the one
+    with the most: in text that repeats with a short period, the latest occurrence sits just before the
+    end and has little after it.
     """
-    if len(sequence) <= match:
-        return []
-    tail = sequence[-match:]
-    first = tail[0]
-    best = (0, 0)  # (continuation length, start)
-    for i in range(len(sequence) - match - 1, max(0, len(sequence) - scan) - 1, -1):
-        if sequence[i] == first and sequence[i : i + match] == tail:
-            have = min(length, len(sequence) - i - match)
-            if have > best[0]:
-                best = (have, i + match)
-                if have == length:
-                    break
-    return sequence[best[1] : best[1] + best[0]]
+    end = len(sequence)
+    last = sequence[-1] if sequence else None
+    best = (0, 0, 0)  # (tokens matched, continuation length, start)
+    for start in range(end - 1, max(1, end - scan) - 1, -1):  # the continuation starts at `start`
+        if sequence[start - 1] != last:
+            continue
+        matched = 1
+        while matched < longest and matched < start and sequence[start - 1 - matched] == sequence[end - 1 - matched]:
+            matched += 1
+        have = min(length, end - start)
+        if (matched, have) > best[:2]:
+            best = (matched, have, start)
+            if matched == longest and have == length:
+                break
+    return sequence[best[2] : best[2] + best[1]]
 
 
 class Ouroboros(Vanilla):

@@ -96,7 +96,19 @@ def test_context_lookup_prefers_the_latest_match_with_a_full_continuation():
     assert context_lookup(seq, 4) == [3, 4, 5, 9]  # only the first [1, 2] has four
     assert context_lookup(seq, 4, scan=6) == [7, 1, 2]  # the first [1, 2] is out of the window: the longest in it
     assert context_lookup([1, 2, 3], 4) == []
-    assert context_lookup([2, 2], 4) == []
+    assert context_lookup([2], 4) == []
+    assert context_lookup([2, 2], 4) == [2]  # one token matched is a match
     # A short period: the latest match sits right at the end, an earlier one gives the full run.
     run = [8] + [5, 6] * 6
     assert context_lookup(run, 6) == [5, 6, 5, 6, 5, 6]
+
+
+def test_context_lookup_prefers_the_occurrence_that_matches_more_of_the_tail():
+    from ouroboros_core.drafters import context_lookup
+
+    # After [4, 1, 2]: the [4, 1, 2] at the start (three tokens matched) beats the later [1, 2] and [2].
+    seq = [4, 1, 2, 30, 31, 9, 2, 40, 1, 2, 50, 51, 4, 1, 2]
+    assert context_lookup(seq, 2) == [30, 31]
+    assert context_lookup(seq, 2, longest=2) == [50, 51]  # matching two at most: the latest [1, 2]
+    assert context_lookup(seq, 2, longest=1) == [50, 51]  # [2]'s latest occurrence
+    assert context_lookup([7, 8, 9, 7], 3) == [8, 9, 7]  # only the last token matches: still a continuation
