@@ -176,7 +176,7 @@ class Engine:
         """The draft as the drafters run it: its lean forward where that gives the draft's own logits (checked
         once, on the first request, so that start-up touches no device), else the model itself."""
         if self._draft_forward is None:
-            self._draft_forward = lean_draft(self.draft) or self.draft
+            self._draft_forward = lean_draft(self.draft, exact=self.draft is self.target) or self.draft
         return self._draft_forward
 
     def token_text(self, token_id: int) -> str:

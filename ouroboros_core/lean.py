@@ -2,7 +2,12 @@
 
 The draft runs a dozen small forwards per answer where the target runs a few. For a small draft most of a
 transformers forward is Python around the arithmetic (mask building, cache bookkeeping, output classes):
-on the embedded 2-layer draft, about half of it. `lean_draft` wraps a Llama, Mistral or Qwen2 model in
+on the embedded 2-layer draft, about half of it. And a one-row forward (the draft's usual step) on a CPU
+is bound by reading the weights from memory, which the target's forward has just flushed from the caches:
+there the lean forward reads float16 copies of float32 weights (half the bytes; the weights of a draft
+stored in bfloat16 convert exactly), which moves its logits by float16 rounding. A draft proposes and the
+target decides, so the output cannot change; wider forwards, where CPU float16 matmuls are slower, keep
+float32. `lean_draft` wraps a Llama, Mistral or Qwen2 model in
 `LeanDecoder`, which reads the model's own weights and rotary embedding and keeps its keys and values in
 one preallocated buffer, and checks on a short input that it gives the model's own logits before it is used;
 any other model (or one split over devices) keeps the transformers forward. Only the draft runs here: the
@@ -50,7 +55,8 @@ class LeanOutput:
 class LeanDecoder:
     """Called like the model it wraps (input_ids, position_ids, a 4D additive mask or None, a LeanCache)."""
 
-    def __init__(self, model):
+    def __init__(self, model, half_rows: bool = False):
+        """half_rows: one-row forwards multiply by float16 copies of the (float32) weights."""
         self.model = model
         config = model.config
         self.heads = config.num_attention_heads
@@ -63,6 +69,8 @@ class LeanDecoder:
         self.norm = inner.norm.weight
         self.head = model.lm_head.weight
         self.layers = []
+        self.halves: dict[int, torch.Tensor] = {}  # id of a float32 weight -> its float16 copy
+        self.half_rows = half_rows
         for layer in inner.layers:
             attention, mlp = layer.self_attn, layer.mlp
             self.layers.append((layer.input_layernorm.weight, attention.q_proj, attention.k_proj, attention.v_proj,
@@ -84,6 +92,14 @@ class LeanDecoder:
         x32 = x.float()
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
+    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if not (self.half_rows and x.shape[-2] == 1):
+            return F.linear(x, weight, bias)
+        half = self.halves.get(id(weight))
+        if half is None:
+            half = self.halves[id(weight)] = weight.half()
+        return F.linear(x.half(), half, None if bias is None else bias.half()).to(x.dtype)
+
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
@@ -104,21 +120,21 @@ class LeanDecoder:
         gqa = self.kv_heads != self.heads
         for i, (norm1, q_proj, k_proj, v_proj, o_proj, scaling, norm2, gate, up, down) in enumerate(self.layers):
             h = self._rms(x, norm1)
-            q = F.linear(h, q_proj.weight, q_proj.bias).view(1, n, self.heads, self.head_dim).transpose(1, 2)
-            k = F.linear(h, k_proj.weight, k_proj.bias).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = F.linear(h, v_proj.weight, v_proj.bias).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            q = self._linear(h, q_proj.weight, q_proj.bias).view(1, n, self.heads, self.head_dim).transpose(1, 2)
+            k = self._linear(h, k_proj.weight, k_proj.bias).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = self._linear(h, v_proj.weight, v_proj.bias).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.buffer[i, 0], cache.buffer[i, 1]  # (1, kv_heads, capacity, head_dim)
             keys[:, :, past : past + n] = self._rotate(k, cos, sin)
             values[:, :, past : past + n] = v
             attended = F.scaled_dot_product_attention(
                 self._rotate(q, cos, sin), keys[:, :, : past + n], values[:, :, : past + n], attn_mask=mask,
                 scale=scaling, enable_gqa=gqa)
-            x = x + F.linear(attended.transpose(1, 2).reshape(1, n, -1), o_proj.weight, o_proj.bias)
+            x = x + self._linear(attended.transpose(1, 2).reshape(1, n, -1), o_proj.weight, o_proj.bias)
             h = self._rms(x, norm2)
-            x = x + F.linear(F.silu(F.linear(h, gate)) * F.linear(h, up), down)
+            x = x + self._linear(F.silu(self._linear(h, gate)) * self._linear(h, up), down)
         cache.length = past + n
         kept = x[:, -logits_to_keep:] if logits_to_keep else x
-        return LeanOutput(F.linear(self._rms(kept, self.norm), self.head))
+        return LeanOutput(self._linear(self._rms(kept, self.norm), self.head))
 
 
 def _shaped_like_llama(model) -> bool:
@@ -135,14 +151,15 @@ def _shaped_like_llama(model) -> bool:
     return all(hasattr(inner, name) for name in ("embed_tokens", "rotary_emb", "norm", "layers"))
 
 
-def lean_draft(model):
+def lean_draft(model, exact: bool = False):
     """A LeanDecoder for `model` if it is a plain Llama-family model and matches the model's own logits on a
-    short input; else None (the caller keeps transformers' forward)."""
+    short input; else None (the caller keeps transformers' forward). exact: never read float16 weights (a
+    model drafting for itself must propose exactly its own tokens)."""
     if not _shaped_like_llama(model):
         return None
     from transformers import DynamicCache
 
-    decoder = LeanDecoder(model)
+    decoder = LeanDecoder(model)  # checked in the model's own precision, then given its float16 rows
     device = decoder.embed.device
     vocab = decoder.embed.shape[0]
     ids = torch.arange(3, 11, device=device)[None] % vocab
@@ -155,4 +172,5 @@ def lean_draft(model):
     tolerance = 1e-4 if model.dtype == torch.float32 else 5e-2
     if not torch.allclose(got.float(), expected.float(), atol=tolerance * (1 + expected.abs().max().item()), rtol=0):
         return None
+    decoder.half_rows = not exact and model.dtype == torch.float32 and decoder.embed.device.type == "cpu"
     return decoder

@@ -52,16 +52,39 @@ def test_the_lean_forward_gives_the_models_own_logits(kind, eos_id):
     lean = lean_draft(model)
     assert isinstance(lean, LeanDecoder), f"{kind} should take the lean forward"
     assert isinstance(new_cache(lean), LeanCache)
+    assert lean.half_rows, "a float32 draft on the CPU reads float16 weights in one-row forwards"
+    lean.half_rows = False
     for step, (expected, got) in enumerate(zip(calls(model), calls(lean))):
         assert got.shape == expected.shape, step
         assert torch.allclose(got, expected, atol=1e-4, rtol=0), (step, (got - expected).abs().max().item())
         assert torch.equal(got.argmax(-1), expected.argmax(-1)), step
 
 
+@pytest.mark.parametrize("kind", LLAMA_FAMILY)
+def test_one_row_forwards_with_float16_weights_move_logits_by_rounding_only(kind, eos_id):
+    model = family_model(kind, eos_id)
+    lean = lean_draft(model)
+    exact, rounded = calls(model), calls(lean)
+    for step, (expected, got) in enumerate(zip(exact, rounded)):
+        scale = 1 + expected.abs().max().item()
+        # Step 1 feeds one token (every layer reads float16 weights) and steps 0-2 keep one row of logits (the
+        # output head does); the tree forwards run in float32 but read keys and values from step 1.
+        assert (got - expected).abs().max().item() <= 4e-3 * scale, step
+        top2 = expected.topk(2, dim=-1).values
+        clear = (top2[:, 0] - top2[:, 1]) > 8e-3 * scale  # where the lead is well above float16 rounding
+        assert torch.equal(got.argmax(-1)[clear], expected.argmax(-1)[clear]), step
+    assert (rounded[1] != exact[1]).any(), "the one-row forward should have used the float16 weights"
+
+
+def test_a_model_drafting_for_itself_keeps_float32(make_engine):
+    engine = make_engine("llama", "same")
+    assert isinstance(engine.draft_forward(), LeanDecoder) and not engine.draft_forward().half_rows
+
+
 def test_the_lean_forward_in_bfloat16_rounds_as_the_model_does(eos_id):
     model = build_model("llama", eos_id, seed=7, attn="sdpa").to(torch.bfloat16)
     lean = lean_draft(model)
-    assert lean is not None
+    assert lean is not None and not lean.half_rows
     for expected, got in zip(calls(model), calls(lean)):
         assert got.dtype == torch.bfloat16
         # Same operations in the same order: bfloat16 rounding lands on the same values.
@@ -71,6 +94,7 @@ def test_the_lean_forward_in_bfloat16_rounds_as_the_model_does(eos_id):
 def test_the_cache_grows_past_its_first_capacity(eos_id):
     model = build_model("llama", eos_id, seed=7, attn="sdpa")
     lean = lean_draft(model)
+    lean.half_rows = False
     cache, reference = lean.new_cache(), DynamicCache(config=model.config)
     capacity = cache.buffer.shape[-2]
     ids = [(5 * i + 1) % 500 for i in range(capacity + 20)]
@@ -99,7 +123,9 @@ def test_a_model_the_lean_forward_would_misread_is_caught_by_its_check(eos_id):
 
 def test_draft_runner_proposes_the_same_with_either_forward(eos_id):
     model = build_model("qwen2", eos_id, seed=7, attn="sdpa")
-    runners = DraftRunner(model), DraftRunner(lean_draft(model))
+    lean = lean_draft(model)
+    lean.half_rows = False
+    runners = DraftRunner(model), DraftRunner(lean)
     sequence = [(3 * i + 2) % 500 for i in range(30)]
     for _ in range(12):
         tokens = [int(runner.forward(sequence)[0].argmax()) for runner in runners]
@@ -108,22 +134,25 @@ def test_draft_runner_proposes_the_same_with_either_forward(eos_id):
 
 
 def test_the_embedded_pair_drafts_with_the_lean_forward_step_for_step():
-    """Every Ouroboros step of the embedded pair drafts the same tokens with the lean forward as with
-    transformers', and both outputs are the target's own greedy text."""
+    """In float32 the lean forward drafts exactly what transformers' forward drafts, step by step; with its
+    float16 one-row forwards (the default on a CPU) the output is still the target's own greedy text."""
     from ouroboros_core import load_engine
 
     engine = load_engine()
-    assert isinstance(engine.draft_forward(), LeanDecoder)
+    lean = engine.draft_forward()
+    assert isinstance(lean, LeanDecoder) and lean.half_rows
     prompt = "def count_words(text):\n    \"\"\"Return a dict of word -> count.\"\"\"\n"
 
     def run():
         return [(e.trunk, e.branches, e.accepted) for e in engine.stream(prompt, "ouroboros", 48)
                 if isinstance(e, StepEvent)]
 
-    lean_steps, lean_ids = run(), engine.generate(prompt, "ouroboros", 48).token_ids
-    engine._draft_forward = engine.draft  # what the engine would do with a draft the lean forward cannot take
+    half_ids = engine.generate(prompt, "ouroboros", 48).token_ids
+    lean.half_rows = False
     try:
+        lean_steps = run()
+        engine._draft_forward = engine.draft  # what the engine does with a draft the lean forward cannot take
         assert run() == lean_steps
     finally:
         engine._draft_forward = None
-    assert lean_ids == engine.generate(prompt, "vanilla", 48).token_ids
+    assert half_ids == engine.generate(prompt, "vanilla", 48).token_ids

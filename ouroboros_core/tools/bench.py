@@ -33,7 +33,7 @@ ENGINE_METHODS = {"vanilla": "engine vanilla", "speculative": "engine speculativ
 ALL_METHODS = list(HF_METHODS) + list(ENGINE_METHODS)
 SWEEP_GRID = {"gamma": [1, 2, 4, 6, 8], "window": [0, 4, 8, 12], "ngram": [3, 4, 5, 6], "branches": [0, 1, 2, 4],
               "lookup": [0, 8, 12, 16, 24], "max_trunk": [1, 4, 6, 8], "extend_above": [0.3, 0.4, 0.5, 1.0],
-              "second_above": [0.05, 0.1, 0.2, 1.0]}
+              "second_above": [0.05, 0.1, 0.2, 1.0], "draft_candidates": [0, 1, 2]}
 
 
 def humaneval_prompts(limit: int | None = None) -> list[dict]:
