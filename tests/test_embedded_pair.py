@@ -70,7 +70,7 @@ def test_every_method_equals_the_targets_own_generate(engine, prompt):
 
 
 def test_the_draft_goes_on_while_sure_and_its_second_choices_stand_in(engine):
-    """The pair's own settings (max_trunk 6, extend_above 0.4, second_above 0.1): over these prompts some trunks
+    """The pair's own settings (max_trunk 6, extend_above 0.2, second_above 0.1): over these prompts some trunks
     run past one draft token, and some steps walk a second choice, with outputs still the target's own."""
     extended = walked_second = 0
     for prompt in PROMPTS:
