@@ -96,6 +96,21 @@ def test_bench_takes_a_jsonl_prompt_file(pair, tmp_path):
     assert bad.returncode == 2 and "is not valid JSON" in bad.stderr
 
 
+def test_bench_on_held_out_python(pair):
+    """--heldout: function stubs from pip's source, which the embedded pair never trained on."""
+    from ouroboros_core.tools.corpus import heldout_prompts
+
+    stubs = heldout_prompts(5)
+    assert len(stubs) == 5 and len({s["id"].split(":")[0] for s in stubs}) == 5  # five different files
+    for stub in stubs:
+        compile(stub["prompt"] + "    pass\n", stub["id"], "exec")  # a whole def and docstring, dedented
+        assert stub["prompt"].startswith(("def ", "async def ")) and '"""' in stub["prompt"]
+    done = cli("bench", "--heldout", "--limit", "2", "--methods", "hf_greedy,ouroboros", "--max-new-tokens", "8",
+               "--no-progress", *pair)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Held-out (pip) function prompts: 2," in done.stdout and "| engine ouroboros |" in done.stdout
+
+
 def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
 from ..config import ConfigError, OuroborosConfig, SpeculativeConfig
 from ..events import Stats
+from .corpus import heldout_prompts
 from ..theory import draft_cost_ratio, expected_speedup, expected_tokens_per_forward, per_token_acceptance
 
 REFERENCE = "hf_greedy"
@@ -239,7 +240,7 @@ def lossless_cell(row: dict) -> str:
 
 def markdown_table(report: dict) -> str:
     lines = [
-        f"HumanEval-style prompts: {report['prompts']}, max_new_tokens {report['max_new_tokens']}, "
+        f"{report.get('prompt_set', 'HumanEval-style')} prompts: {report['prompts']}, max_new_tokens {report['max_new_tokens']}, "
         f"pair `{report['pair']}` in {report.get('dtype', 'float32')}, on {report['machine']}",
         "",
         "| method | tok/s | median tok/s | speedup | median speedup | tokens/forward | acceptance | "
@@ -314,7 +315,10 @@ def sweep(engine, prompts, max_new_tokens, progress=True) -> dict:
 def add_bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="benchmark every method side by side on HumanEval or a JSONL file")
     bench.add_argument("--limit", type=int, help="first N prompts only")
-    bench.add_argument("--prompts", type=Path, help="a JSONL file of {\"prompt\": ...} objects instead of HumanEval")
+    prompts = bench.add_mutually_exclusive_group()
+    prompts.add_argument("--prompts", type=Path, help="a JSONL file of {\"prompt\": ...} objects instead of HumanEval")
+    prompts.add_argument("--heldout", action="store_true",
+                         help="function stubs from the installed pip's source (Python the pair never saw) instead")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset")
     bench.add_argument("--lookup-tokens", type=int, default=10, help="transformers prompt_lookup_num_tokens")
@@ -334,7 +338,10 @@ def cmd_bench(args) -> int:
         raise ConfigError(f"--methods takes a comma-separated subset of {', '.join(ALL_METHODS)}; got {unknown}")
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
-    prompts = jsonl_prompts(args.prompts, args.limit) if args.prompts else humaneval_prompts(args.limit)
+    if args.heldout:
+        prompts = heldout_prompts(args.limit)
+    else:
+        prompts = jsonl_prompts(args.prompts, args.limit) if args.prompts else humaneval_prompts(args.limit)
     engine = engine_from_args(args)
     if args.sweep:
         report = sweep(engine, prompts, args.max_new_tokens, progress=not args.no_progress)
@@ -343,6 +350,8 @@ def cmd_bench(args) -> int:
         options = {method: method_options(args, method) for method in ("speculative", "ouroboros")}
         report = run_bench(engine, prompts, methods, args.max_new_tokens, options, args.lookup_tokens,
                            progress=not args.no_progress)
+        report["prompt_set"] = "Held-out (pip) function" if args.heldout else (
+            f"{args.prompts.name}" if args.prompts else "HumanEval-style")
         print(markdown_table(report))
         if args.chart:
             save_chart(report, args.chart)

@@ -64,6 +64,33 @@ def heldout_files() -> list[Path]:
     return sorted(root.rglob("*.py"))
 
 
+def heldout_prompts(limit: int | None = None) -> list[dict]:
+    """Function stubs the pair never saw, cut after their docstring as HumanEval's are: from pip's source,
+    one function per file (the first with a docstring and a body after it), dedented, spread evenly over the
+    files in path order. Each is {"id": "file:function", "prompt": ...}."""
+    import ast
+    import textwrap
+
+    stubs = []
+    files = heldout_files()
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.splitlines(keepends=True)
+        functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node in sorted(functions, key=lambda f: f.lineno):
+            if ast.get_docstring(node) and len(node.body) > 1:
+                stub = textwrap.dedent("".join(lines[node.lineno - 1 : node.body[0].end_lineno]))
+                stubs.append({"id": f"{path.relative_to(files[0].parents[1])}:{node.name}", "prompt": stub.rstrip() + "\n"})
+                break
+    if limit and len(stubs) > limit:
+        stubs = [stubs[i * len(stubs) // limit] for i in range(limit)]
+    return stubs
+
+
 def train_tokenizer(docs: list[str], vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
