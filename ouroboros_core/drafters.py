@@ -186,13 +186,17 @@ class Ouroboros(Vanilla):
         if room > 0 and cfg.branches:
             key = trunk[-1] if trunk else committed[-1]
             after_trunk = [b for b, a in zip(branches, attach) if a == len(trunk)]
-            for phrase, source in self.pool.lookup(key, cfg.branches):
+            added = 0
+            # One more candidate per branch already there: a phrase that branch holds is skipped, and the next
+            # newest (often from an earlier request of a warm pool) takes its place.
+            for phrase, source in self.pool.lookup(key, cfg.branches + len(after_trunk)):
                 phrase = list(phrase[:room])
-                if any(b[: len(phrase)] == phrase for b in after_trunk):
-                    continue  # the lookup branch already holds it
+                if any(b[: len(phrase)] == phrase for b in after_trunk) or added == cfg.branches:
+                    continue
                 branches.append(phrase)
                 branch_sources.append(source)
                 attach.append(len(trunk))
+                added += 1
         return Proposal(trunk, sources, branches, branch_sources, attach)
 
     def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source], tuple[float, int, float]]:

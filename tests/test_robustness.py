@@ -383,3 +383,12 @@ def test_cancelled_api_race_stops_early_and_frees_the_device(client, app_server)
         time.sleep(0.2)
     assert cancelled, f"no unfinished or cancelled 'race api:' line:\n{app_server.log_text()}"
     assert int(cancelled.group(2)) < MAX_NEW_TOKENS, cancelled.group(0)  # vanilla, the slower lane
+
+
+def test_race_ratio_tool_reads_the_lanes_own_clocks(app_server):  # noqa: F811
+    """tools/race_ratio.py, which the README's /race figures come from, on two short races."""
+    from ouroboros_core.tools.race_ratio import measure
+
+    figures = measure(app_server.url, [CODE_PROMPT, "def add(a, b):\n"], 12)
+    assert figures["races"] == 2 and figures["identical"] == 2
+    assert 0 < figures["median"] and 0 < figures["total"]

@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     base = load_engine()
     with tempfile.TemporaryDirectory() as folder:
         old_engine = engine_class_at(args.rev, Path(folder))
-        engines = {"new": base, "old": old_engine(base.target, base.draft, base.tokenizer, name=base.name)}
+        engines = {"new": base, "old": old_engine(base.target, base.draft, base.tokenizer, name=base.name,
+                                                        defaults=base.defaults)}  # the same preset settings
         prompts = [item["prompt"] for item in humaneval_prompts(args.limit)]
         for engine in engines.values():
             engine.generate(prompts[0], "ouroboros", 16)  # warm-up

@@ -1,0 +1,69 @@
+"""Ouroboros over vanilla as the app's `/race` measures it, through gradio_client, on HumanEval prompts.
+
+    python3 -m ouroboros_core.tools.race_ratio --max-new-tokens 32,128 --rounds 3 --out race.json
+    python3 -m ouroboros_core.tools.race_ratio --url http://127.0.0.1:7860/          # an app already running
+
+Each race's lanes report their own compute seconds (the race interleaves them on one device); printed per
+length and round: the total ratio, the median of per-prompt ratios, and how many races wrote identical tokens.
+Compare with the benchmark's Ouroboros over its vanilla.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from .bench import humaneval_prompts
+from .soak import client, start_app
+
+
+def measure(url: str, prompts: list[str], max_new_tokens: int) -> dict:
+    api = client(url)
+    vanilla, ouroboros, ratios, identical = 0.0, 0.0, [], 0
+    for prompt in prompts:
+        final = api.predict(prompt, max_new_tokens, api_name="/race")
+        v, o = final["vanilla"]["stats"]["seconds"], final["ouroboros"]["stats"]["seconds"]
+        vanilla, ouroboros = vanilla + v, ouroboros + o
+        ratios.append(v / o)
+        identical += final["vanilla"]["token_ids"] == final["ouroboros"]["token_ids"]
+    return {"total": round(vanilla / ouroboros, 3), "median": round(statistics.median(ratios), 3),
+            "identical": identical, "races": len(prompts)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", help="an app already running (default: start app.py on a free loopback port)")
+    parser.add_argument("--max-new-tokens", default="32,128", help="comma-separated lengths")
+    parser.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    lengths = [int(n) for n in args.max_new_tokens.split(",")]
+    prompts = [item["prompt"] for item in humaneval_prompts(args.limit)]
+    process = None
+    url = args.url
+    if url is None:
+        process, url, _ = start_app(queue_size=16, max_new_tokens=max(lengths), timeout_s=300)
+    try:
+        report = {str(n): [] for n in lengths}
+        for round_index in range(args.rounds):
+            for n in lengths:
+                figures = measure(url, prompts, n)
+                report[str(n)].append(figures)
+                print(f"{n} tokens, round {round_index + 1}: Ouroboros/vanilla {figures['total']}x in total, "
+                      f"{figures['median']}x median per prompt, {figures['identical']}/{figures['races']} identical",
+                      flush=True)
+    finally:
+        if process is not None:
+            process.terminate()
+            process.wait(timeout=30)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
