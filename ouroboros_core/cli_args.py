@@ -22,6 +22,8 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--guess-set", type=int, help="Ouroboros phrases kept per key token G")
     parser.add_argument("--branches", type=int, help="Ouroboros pool phrases appended as branches k")
     parser.add_argument("--lookup", type=int, help="Ouroboros context-lookup branch length L (0: none)")
+    parser.add_argument("--draft-candidates", type=int,
+                        help="Ouroboros pool phrases the draft checks inside its own forward (0: none)")
     parser.add_argument("--max-trunk", type=int, help="Ouroboros: the most draft tokens a sure draft goes on to")
     parser.add_argument("--extend-above", type=float,
                         help="Ouroboros: past gamma, draft on while the latest token's probability is above this")
@@ -35,7 +37,7 @@ def method_options(args, method: str) -> dict:
         if getattr(args, name, None) is not None:
             options[name] = getattr(args, name)
     knobs = {"speculative": ["gamma"], "ouroboros": ["gamma", "window", "ngram", "guess_set", "branches", "lookup",
-                                                    "max_trunk", "extend_above", "second_above"]}
+                                                    "draft_candidates", "max_trunk", "extend_above", "second_above"]}
     for name in knobs.get(method, []):
         value = getattr(args, name, None)
         if value is not None:

@@ -59,6 +59,7 @@ def test_generate_reads_prompt_from_stdin(pair):
     (["--max-new-tokens", "0", "x"], "max_new_tokens must be from 1"),
     (["--gamma", "0", "x"], "gamma must be from 1 to 64"),
     (["--temperature", "-1", "x"], "temperature must be from 0.0"),
+    (["--draft-candidates", "99", "x"], "draft_candidates must be from 0 to 32"),
     (["   "], "prompt is empty"),
 ])
 def test_bad_input_is_one_clear_line(pair, args, message):
