@@ -129,14 +129,18 @@ def page(context, app_server):  # noqa: F811
     page.close()
 
 
-def set_max_new_tokens(page, value: int) -> None:
-    box = page.get_by_label("number input for Max new tokens")
+def set_slider(page, label: str, value) -> None:
+    """Type a value into a slider's number box and wait until the slider itself holds it (the page reads the
+    slider's value when Run is pressed)."""
+    box = page.get_by_label(f"number input for {label}")
     box.fill(str(value))
     box.press("Enter")
     box.blur()
-    slider = page.locator('input[type=range][aria-label="Max new tokens"]')
-    if slider.count():
-        sync_api.expect(slider).to_have_value(str(value))
+    sync_api.expect(page.get_by_label(f"range slider for {label}")).to_have_value(str(value))
+
+
+def set_max_new_tokens(page, value: int) -> None:
+    set_slider(page, "Max new tokens", value)
 
 
 def is_join(request) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from app_server import app_server  # noqa: F401  (the fixture)
 # browser and page: test_browser's fixtures; page opens in this module's context (the two sizes)
 from test_browser import (CODE_PROMPT, browser, finished_badge, is_race_join, open_context, page,  # noqa: F401
-                          start_race, sync_api)
+                          set_slider, start_race, sync_api)
 
 SIZES = {"laptop": (1400, 900), "phone": (390, 844)}
 # A prompt the embedded pair runs on in a loop: a long race fills the lanes past their height.
@@ -129,10 +129,11 @@ def test_sampled_race_is_identical_in_both_lanes(page, size):
     finished_badge(page)
     greedy = page.locator("#lane-vanilla .lane-text").inner_text()
     page.locator("#sampling").get_by_text("Sampling (greedy by default)").click()
-    box = page.get_by_label("number input for Temperature")
-    box.fill("0.8")
-    box.press("Enter")
-    page.locator("#seed input").fill("7")
+    set_slider(page, "Temperature", 0.8)
+    seed = page.locator("#seed input")
+    seed.fill("7")
+    seed.press("Tab")
+    sync_api.expect(seed).to_have_value("7")
     assert "Identical" in run_to_the_end(page)
     sampled = page.locator("#lane-vanilla .lane-text").inner_text()
     assert sampled != greedy
