@@ -67,8 +67,8 @@ class OuroborosConfig:
     extend_above: float = 0.4  # sure: its probability for that token is above this (1.0: never)
     second_above: float = 0.1  # the draft's second choice where its probability is above this is verified too,
     #                            as a one-token branch in place of the first (1.0: never)
-    lookup: int = 12  # L: one more branch, up to L tokens that followed an earlier match of the text's last
-    #                   two tokens in the prompt and text so far (0: none); longer than pool phrases
+    lookup: int = 12  # L: one more branch, up to L tokens that followed the earlier occurrence matching most of
+    #                   the text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases
 
     def __post_init__(self):
         _validate_ints(self)

@@ -190,8 +190,10 @@ class Ouroboros(Vanilla):
             # One more candidate per branch already there: a phrase that branch holds is skipped, and the next
             # newest (often from an earlier request of a warm pool) takes its place.
             for phrase, source in self.pool.lookup(key, cfg.branches + len(after_trunk)):
+                if added == cfg.branches:
+                    break
                 phrase = list(phrase[:room])
-                if any(b[: len(phrase)] == phrase for b in after_trunk) or added == cfg.branches:
+                if any(b[: len(phrase)] == phrase for b in after_trunk):
                     continue
                 branches.append(phrase)
                 branch_sources.append(source)

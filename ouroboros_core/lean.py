@@ -7,11 +7,11 @@ is bound by reading the weights from memory, which the target's forward has just
 there the lean forward reads float16 copies of float32 weights (half the bytes; the weights of a draft
 stored in bfloat16 convert exactly), which moves its logits by float16 rounding. A draft proposes and the
 target decides, so the output cannot change; wider forwards, where CPU float16 matmuls are slower, keep
-float32. `lean_draft` wraps a Llama, Mistral or Qwen2 model in
-`LeanDecoder`, which reads the model's own weights and rotary embedding and keeps its keys and values in
-one preallocated buffer, and checks on a short input that it gives the model's own logits before it is used;
-any other model (or one split over devices) keeps the transformers forward. Only the draft runs here: the
-target, whose tokens are the output, always runs through transformers.
+float32. `lean_draft` wraps a Llama, Mistral or Qwen2 model in `LeanDecoder`, which reads the model's own
+weights and rotary embedding and keeps its keys and values in one preallocated buffer, and checks on a short
+input that it gives the model's own logits before it is used; any other model (or one split over devices)
+keeps the transformers forward. Only the draft runs here: the target, whose tokens are the output, always
+runs through transformers.
 """
 
 from __future__ import annotations
@@ -55,8 +55,7 @@ class LeanOutput:
 class LeanDecoder:
     """Called like the model it wraps (input_ids, position_ids, a 4D additive mask or None, a LeanCache)."""
 
-    def __init__(self, model, half_rows: bool = False):
-        """half_rows: one-row forwards multiply by float16 copies of the (float32) weights."""
+    def __init__(self, model):
         self.model = model
         config = model.config
         self.heads = config.num_attention_heads
@@ -69,8 +68,8 @@ class LeanDecoder:
         self.norm = inner.norm.weight
         self.head = model.lm_head.weight
         self.layers = []
-        self.halves: dict[int, torch.Tensor] = {}  # id of a float32 weight -> its float16 copy
-        self.half_rows = half_rows
+        self.half_rows = False  # one-row forwards multiply by float16 copies of the (float32) weights
+        self.halves: dict[int, torch.Tensor] = {}  # id of a float32 weight -> its float16 copy, made on first use
         for layer in inner.layers:
             attention, mlp = layer.self_attn, layer.mlp
             self.layers.append((layer.input_layernorm.weight, attention.q_proj, attention.k_proj, attention.v_proj,

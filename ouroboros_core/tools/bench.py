@@ -21,8 +21,8 @@ from pathlib import Path
 from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
 from ..config import ConfigError, OuroborosConfig, SpeculativeConfig
 from ..events import Stats
-from .corpus import heldout_prompts
 from ..theory import draft_cost_ratio, expected_speedup, expected_tokens_per_forward, per_token_acceptance
+from .corpus import heldout_prompts
 
 REFERENCE = "hf_greedy"
 HF_METHODS = {
@@ -240,7 +240,8 @@ def lossless_cell(row: dict) -> str:
 
 def markdown_table(report: dict) -> str:
     lines = [
-        f"{report.get('prompt_set', 'HumanEval-style')} prompts: {report['prompts']}, max_new_tokens {report['max_new_tokens']}, "
+        f"{report.get('prompt_set', 'HumanEval-style')} prompts: {report['prompts']}, "
+        f"max_new_tokens {report['max_new_tokens']}, "
         f"pair `{report['pair']}` in {report.get('dtype', 'float32')}, on {report['machine']}",
         "",
         "| method | tok/s | median tok/s | speedup | median speedup | tokens/forward | acceptance | "
@@ -339,9 +340,11 @@ def cmd_bench(args) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     if args.heldout:
-        prompts = heldout_prompts(args.limit)
+        prompts, prompt_set = heldout_prompts(args.limit), "Held-out (pip) function"
+    elif args.prompts:
+        prompts, prompt_set = jsonl_prompts(args.prompts, args.limit), args.prompts.name
     else:
-        prompts = jsonl_prompts(args.prompts, args.limit) if args.prompts else humaneval_prompts(args.limit)
+        prompts, prompt_set = humaneval_prompts(args.limit), "HumanEval-style"
     engine = engine_from_args(args)
     if args.sweep:
         report = sweep(engine, prompts, args.max_new_tokens, progress=not args.no_progress)
@@ -350,8 +353,7 @@ def cmd_bench(args) -> int:
         options = {method: method_options(args, method) for method in ("speculative", "ouroboros")}
         report = run_bench(engine, prompts, methods, args.max_new_tokens, options, args.lookup_tokens,
                            progress=not args.no_progress)
-        report["prompt_set"] = "Held-out (pip) function" if args.heldout else (
-            f"{args.prompts.name}" if args.prompts else "HumanEval-style")
+        report["prompt_set"] = prompt_set
         print(markdown_table(report))
         if args.chart:
             save_chart(report, args.chart)

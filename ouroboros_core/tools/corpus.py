@@ -71,9 +71,11 @@ def heldout_prompts(limit: int | None = None) -> list[dict]:
     import ast
     import textwrap
 
+    import pip
+
+    package = Path(pip.__file__).parent
     stubs = []
-    files = heldout_files()
-    for path in files:
+    for path in heldout_files():
         text = path.read_text(encoding="utf-8", errors="replace")
         try:
             tree = ast.parse(text)
@@ -84,7 +86,7 @@ def heldout_prompts(limit: int | None = None) -> list[dict]:
         for node in sorted(functions, key=lambda f: f.lineno):
             if ast.get_docstring(node) and len(node.body) > 1:
                 stub = textwrap.dedent("".join(lines[node.lineno - 1 : node.body[0].end_lineno]))
-                stubs.append({"id": f"{path.relative_to(files[0].parents[1])}:{node.name}", "prompt": stub.rstrip() + "\n"})
+                stubs.append({"id": f"{path.relative_to(package)}:{node.name}", "prompt": stub.rstrip() + "\n"})
                 break
     if limit and len(stubs) > limit:
         stubs = [stubs[i * len(stubs) // limit] for i in range(limit)]
