@@ -32,6 +32,25 @@ def test_every_step_runs_on_the_one_device_thread_and_a_left_race_is_closed_ther
     assert device.call(lambda: threading.current_thread().name) == names[0]
 
 
+def test_a_call_made_on_the_device_thread_runs_there_at_once():
+    """A call from inside a call (the app's get_engine() in a measurement run on the device thread) would wait
+    for the thread it runs on: it runs in place instead."""
+    device = DeviceThread(inline=False)
+    done = threading.Event()
+
+    def outer():
+        inner = device.call(threading.current_thread)
+        done.set()
+        return inner, threading.current_thread()
+
+    worker = threading.Thread(target=lambda: device.call(outer), daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert done.is_set(), "a call from the device thread deadlocked"
+    inner, outer_thread = device.call(outer)
+    assert inner is outer_thread and inner.name.startswith("device")
+
+
 def test_on_zero_gpu_calls_run_where_they_are_made():
     device = DeviceThread(inline=True)
     names, closed = [], []

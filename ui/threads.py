@@ -3,6 +3,7 @@ item for the log line of a race the visitor left."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 
@@ -14,10 +15,16 @@ class DeviceThread:
     started here would not exist: there every call runs where it is made."""
 
     def __init__(self, inline: bool):
-        self.executor = None if inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="device")
+        self.ident = None  # the device thread's, once it has started
+        self.executor = None if inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="device",
+                                                               initializer=self._started)
+
+    def _started(self) -> None:
+        self.ident = threading.get_ident()
 
     def call(self, fn, *args, **kwargs):
-        if self.executor is None:
+        # Already on the device thread (get_engine() inside a call): waiting for that thread would wait forever.
+        if self.executor is None or threading.get_ident() == self.ident:
             return fn(*args, **kwargs)
         return self.executor.submit(fn, *args, **kwargs).result()
 
