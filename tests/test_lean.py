@@ -52,7 +52,7 @@ def test_the_lean_forward_gives_the_models_own_logits(kind, eos_id):
     lean = lean_draft(model)
     assert isinstance(lean, LeanDecoder), f"{kind} should take the lean forward"
     assert isinstance(new_cache(lean), LeanCache)
-    assert lean.half_rows, "a float32 draft on the CPU reads float16 weights in one-row forwards"
+    assert lean.half_rows, "a float32 draft on the CPU reads float16 weights in narrow forwards"
     lean.half_rows = False
     for step, (expected, got) in enumerate(zip(calls(model), calls(lean))):
         assert got.shape == expected.shape, step
@@ -61,19 +61,20 @@ def test_the_lean_forward_gives_the_models_own_logits(kind, eos_id):
 
 
 @pytest.mark.parametrize("kind", LLAMA_FAMILY)
-def test_one_row_forwards_with_float16_weights_move_logits_by_rounding_only(kind, eos_id):
+def test_narrow_forwards_with_float16_weights_move_logits_by_rounding_only(kind, eos_id):
     model = family_model(kind, eos_id)
     lean = lean_draft(model)
     exact, rounded = calls(model), calls(lean)
     for step, (expected, got) in enumerate(zip(exact, rounded)):
         scale = 1 + expected.abs().max().item()
-        # Step 1 feeds one token (every layer reads float16 weights) and steps 0-2 keep one row of logits (the
-        # output head does); the tree forwards run in float32 but read keys and values from step 1.
-        assert (got - expected).abs().max().item() <= 4e-3 * scale, step
+        # Steps 1-4 feed at most HALF_ROWS tokens (every layer reads float16 weights); the 40-token prefill runs
+        # its layers in float32 and keeps one row of logits, which the output head gives in float16.
+        assert (got - expected).abs().max().item() <= 1e-2 * scale, step  # float16 rounding, compounded
         top2 = expected.topk(2, dim=-1).values
-        clear = (top2[:, 0] - top2[:, 1]) > 8e-3 * scale  # where the lead is well above float16 rounding
+        clear = (top2[:, 0] - top2[:, 1]) > 2e-2 * scale  # where the lead is well above float16 rounding
         assert torch.equal(got.argmax(-1)[clear], expected.argmax(-1)[clear]), step
     assert (rounded[1] != exact[1]).any(), "the one-row forward should have used the float16 weights"
+    assert (rounded[3] != exact[3]).any(), "the 7-row tree forward should have used the float16 weights"
 
 
 def test_a_model_drafting_for_itself_keeps_float32(make_engine):
