@@ -73,7 +73,9 @@ class LeanDecoder:
         self.head = model.lm_head.weight
         self.layers = []
         self.half_rows = False  # forwards of up to HALF_ROWS rows multiply by float16 copies of the (float32) weights
-        self.halves: dict[int, torch.Tensor] = {}  # id of a float32 weight -> its float16 copy, made on first use
+        self.halves: dict[int, tuple] = {}  # layer index -> its float16 weights (see _narrow_weights)
+        self.head_half: torch.Tensor | None = None
+        self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin: (1, positions, head_dim)
         for layer in inner.layers:
             attention, mlp = layer.self_attn, layer.mlp
             self.layers.append((layer.input_layernorm.weight, attention.q_proj, attention.k_proj, attention.v_proj,
@@ -95,13 +97,30 @@ class LeanDecoder:
         x32 = x.float()
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
-    def _linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if not (self.half_rows and x.shape[-2] <= HALF_ROWS):
-            return F.linear(x, weight, bias)
-        half = self.halves.get(id(weight))
-        if half is None:
-            half = self.halves[id(weight)] = weight.half()
-        return F.linear(x.half(), half, None if bias is None else bias.half()).to(x.dtype)
+    def _narrow_weights(self, i: int) -> tuple:
+        """Layer i's float16 weights for narrow forwards, made on first use: q, k and v as one matrix (and
+        bias), the output projection (and bias), gate and up as one matrix, down."""
+        weights = self.halves.get(i)
+        if weights is None:
+            _, q, k, v, o, _, _, gate, up, down = self.layers[i]
+            biases = [p.bias if p.bias is not None else torch.zeros(p.weight.shape[0], dtype=p.weight.dtype,
+                                                                     device=p.weight.device) for p in (q, k, v)]
+            qkv_bias = torch.cat(biases).half() if any(p.bias is not None for p in (q, k, v)) else None
+            weights = self.halves[i] = (
+                torch.cat([q.weight, k.weight, v.weight]).half(), qkv_bias, o.weight.half(),
+                None if o.bias is None else o.bias.half(), torch.cat([gate, up]).half(), down.half())
+        return weights
+
+    def _rotary(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's rotary cos and sin at these positions, read from a table of every position so far (the
+        same values: each is one product and a cos or sin)."""
+        needed = int(position_ids.max()) + 1
+        if self.rope_table is None or self.rope_table[0].shape[1] < needed:
+            span = max(needed, 2 * (0 if self.rope_table is None else self.rope_table[0].shape[1]), 256)
+            self.rope_table = self.rotary(x, torch.arange(span, device=x.device)[None])
+        cos, sin = self.rope_table
+        index = position_ids[0]
+        return cos[:, index].to(x.dtype), sin[:, index].to(x.dtype)
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -115,29 +134,47 @@ class LeanDecoder:
         n, past = input_ids.shape[1], cache.length
         cache.reserve(past + n)
         x = F.embedding(input_ids, self.embed)  # (1, n, hidden)
-        cos, sin = self.rotary(x, position_ids)
+        cos, sin = self._rotary(x, position_ids)
         cos, sin = cos[:, None], sin[:, None]  # (1, 1, n, head_dim)
         mask = attention_mask
         if mask is None and n > 1:  # a causal run after the cache (sdpa's is_causal aligns top-left)
             mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(past)
         gqa = self.kv_heads != self.heads
+        narrow = self.half_rows and n <= HALF_ROWS
+        q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         for i, (norm1, q_proj, k_proj, v_proj, o_proj, scaling, norm2, gate, up, down) in enumerate(self.layers):
             h = self._rms(x, norm1)
-            q = self._linear(h, q_proj.weight, q_proj.bias).view(1, n, self.heads, self.head_dim).transpose(1, 2)
-            k = self._linear(h, k_proj.weight, k_proj.bias).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = self._linear(h, v_proj.weight, v_proj.bias).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            if narrow:
+                qkv16, qkv_bias, o16, o_bias, gate_up16, down16 = self._narrow_weights(i)
+                q, k, v = F.linear(h.half(), qkv16, qkv_bias).to(x.dtype).split([q_size, kv_size, kv_size], dim=-1)
+            else:
+                q, k, v = (F.linear(h, p.weight, p.bias) for p in (q_proj, k_proj, v_proj))
+            q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
+            k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = cache.buffer[i, 0], cache.buffer[i, 1]  # (1, kv_heads, capacity, head_dim)
             keys[:, :, past : past + n] = self._rotate(k, cos, sin)
             values[:, :, past : past + n] = v
             attended = F.scaled_dot_product_attention(
                 self._rotate(q, cos, sin), keys[:, :, : past + n], values[:, :, : past + n], attn_mask=mask,
-                scale=scaling, enable_gqa=gqa)
-            x = x + self._linear(attended.transpose(1, 2).reshape(1, n, -1), o_proj.weight, o_proj.bias)
-            h = self._rms(x, norm2)
-            x = x + self._linear(F.silu(self._linear(h, gate)) * self._linear(h, up), down)
+                scale=scaling, enable_gqa=gqa).transpose(1, 2).reshape(1, n, -1)
+            if narrow:
+                x = x + F.linear(attended.half(), o16, o_bias).to(x.dtype)
+                h = self._rms(x, norm2)
+                gated, upped = F.linear(h.half(), gate_up16).chunk(2, dim=-1)
+                x = x + F.linear(F.silu(gated) * upped, down16).to(x.dtype)
+            else:
+                x = x + F.linear(attended, o_proj.weight, o_proj.bias)
+                h = self._rms(x, norm2)
+                x = x + F.linear(F.silu(F.linear(h, gate)) * F.linear(h, up), down)
         cache.length = past + n
         kept = x[:, -logits_to_keep:] if logits_to_keep else x
-        return LeanOutput(self._linear(self._rms(kept, self.norm), self.head))
+        h = self._rms(kept, self.norm)
+        if self.half_rows and h.shape[-2] <= HALF_ROWS:
+            if self.head_half is None:
+                self.head_half = self.head.half()
+            return LeanOutput(F.linear(h.half(), self.head_half).to(h.dtype))
+        return LeanOutput(F.linear(h, self.head))
 
 
 def _shaped_like_llama(model) -> bool:
