@@ -98,3 +98,32 @@ def test_warm_pool_across_requests_stays_lossless(make_engine, models, reference
         result = run(engine, prompt, "ouroboros", pool=small)
         assert result.token_ids == reference(models.target("llama"), prompt, N)
     assert 0 < len(small) <= 10
+
+
+@pytest.mark.parametrize("method", ["vanilla", "ouroboros"])
+def test_the_loop_runs_in_inference_mode_and_leaves_the_callers_mode_alone(make_engine, models, reference, method):
+    """The loop's ops run under torch.inference_mode; between events the caller's code sees its own grad mode
+    (a caller training something while it streams must still record gradients)."""
+    import torch
+
+    engine = make_engine("llama", "noisy")
+    seen = []
+    real_forward = engine.target.forward
+
+    def watched_forward(*args, **kwargs):
+        seen.append(torch.is_inference_mode_enabled())
+        return real_forward(*args, **kwargs)
+
+    engine.target.forward = watched_forward
+    try:
+        events = []
+        for event in engine.stream(PROMPTS[0], method, N):
+            events.append(event)
+            assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+            weight = torch.ones(2, requires_grad=True)
+            (weight * 3).sum().backward()  # autograd works between events
+            assert weight.grad.tolist() == [3.0, 3.0]
+    finally:
+        del engine.target.forward
+    assert seen and all(seen), "every target forward should run in inference mode"
+    assert list(events[-1].token_ids) == reference(models.target("llama"), PROMPTS[0], N)
