@@ -26,6 +26,7 @@ LEAN_TYPES = ("llama", "mistral", "qwen2")
 # (embedded draft after an 11-token target forward: 1 row 1.04 vs 1.76 ms, 2 rows 1.19 vs 2.02, 8 rows 1.75
 # vs 1.93; 12 rows 2.13 vs 2.10, a 150-token prefill 16.4 vs 5.1).
 HALF_ROWS = 8
+STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # rotary kinds whose cos and sin depend on the position alone
 
 
 class LeanCache:
@@ -76,6 +77,8 @@ class LeanDecoder:
         self.halves: dict[int, tuple] = {}  # layer index -> its float16 weights (see _narrow_weights)
         self.head_half: torch.Tensor | None = None
         self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin: (1, positions, head_dim)
+        rope = getattr(config, "rope_parameters", None) or {}
+        self.static_rope = rope.get("rope_type", "default") in STATIC_ROPE
         for layer in inner.layers:
             attention, mlp = layer.self_attn, layer.mlp
             self.layers.append((layer.input_layernorm.weight, attention.q_proj, attention.k_proj, attention.v_proj,
@@ -111,12 +114,14 @@ class LeanDecoder:
                 None if o.bias is None else o.bias.half(), torch.cat([gate, up]).half(), down.half())
         return weights
 
-    def _rotary(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model's rotary cos and sin at these positions, read from a table of every position so far (the
-        same values: each is one product and a cos or sin)."""
-        needed = int(position_ids.max()) + 1
-        if self.rope_table is None or self.rope_table[0].shape[1] < needed:
-            span = max(needed, 2 * (0 if self.rope_table is None else self.rope_table[0].shape[1]), 256)
+    def _rotary(self, x: torch.Tensor, position_ids: torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's rotary cos and sin at these positions (all below `bound`). Rotary kinds that do not depend
+        on the sequence's length are read from a table of positions (the same values: each is one product and a
+        cos or sin), which spares a few ops per forward and never reads the positions back from the device."""
+        if not self.static_rope:
+            return self.rotary(x, position_ids)
+        if self.rope_table is None or self.rope_table[0].shape[1] < bound:
+            span = max(bound, 2 * (0 if self.rope_table is None else self.rope_table[0].shape[1]), 256)
             self.rope_table = self.rotary(x, torch.arange(span, device=x.device)[None])
         cos, sin = self.rope_table
         index = position_ids[0]
@@ -134,7 +139,7 @@ class LeanDecoder:
         n, past = input_ids.shape[1], cache.length
         cache.reserve(past + n)
         x = F.embedding(input_ids, self.embed)  # (1, n, hidden)
-        cos, sin = self._rotary(x, position_ids)
+        cos, sin = self._rotary(x, position_ids, past + 2 * n)  # a branch sits at most n positions further on
         cos, sin = cos[:, None], sin[:, None]  # (1, 1, n, head_dim)
         mask = attention_mask
         if mask is None and n > 1:  # a causal run after the cache (sdpa's is_causal aligns top-left)
