@@ -5,11 +5,12 @@ transformers forward is Python around the arithmetic (mask building, cache bookk
 on the embedded 2-layer draft, about half of it. And a one-row forward (the draft's usual step) on a CPU
 is bound by reading the weights from memory, which the target's forward has just flushed from the caches:
 there, and in forwards of a few rows (catching up on the target's tokens), the lean forward reads float16
-copies of float32 weights (half the bytes; the weights of a draft stored in bfloat16 convert exactly), which moves its logits by float16 rounding. A draft proposes and the
-target decides, so the output cannot change; wider forwards, where CPU float16 matmuls are slower, keep
-float32. `lean_draft` wraps a Llama, Mistral or Qwen2 model in `LeanDecoder`, which reads the model's own
-weights and rotary embedding and keeps its keys and values in one preallocated buffer, and checks on a short
-input that it gives the model's own logits before it is used; any other model (or one split over devices)
+copies of float32 weights (half the bytes; the weights of a draft stored in bfloat16 convert exactly), which
+moves its logits by float16 rounding. A draft proposes and the target decides, so the output cannot change;
+wider forwards, where CPU float16 matmuls are slower, keep float32. `lean_draft` wraps a Llama, Mistral or
+Qwen2 model in `LeanDecoder`, which reads the model's own weights and rotary embedding and keeps its keys and
+values in one preallocated buffer, and checks on a short input that it gives the model's own logits before it
+is used; any other model (or one split over devices)
 keeps the transformers forward. Only the draft runs here: the target, whose tokens are the output, always
 runs through transformers.
 """
