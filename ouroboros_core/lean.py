@@ -107,9 +107,10 @@ class LeanDecoder:
         weights = self.halves.get(i)
         if weights is None:
             _, q, k, v, o, _, _, gate, up, down = self.layers[i]
-            biases = [p.bias if p.bias is not None else torch.zeros(p.weight.shape[0], dtype=p.weight.dtype,
-                                                                     device=p.weight.device) for p in (q, k, v)]
-            qkv_bias = torch.cat(biases).half() if any(p.bias is not None for p in (q, k, v)) else None
+            qkv_bias = None
+            if any(p.bias is not None for p in (q, k, v)):  # Qwen2: all three; a missing one adds zeros
+                qkv_bias = torch.cat([p.weight.new_zeros(p.out_features) if p.bias is None else p.bias
+                                      for p in (q, k, v)]).half()
             weights = self.halves[i] = (
                 torch.cat([q.weight, k.weight, v.weight]).half(), qkv_bias, o.weight.half(),
                 None if o.bias is None else o.bias.half(), torch.cat([gate, up]).half(), down.half())

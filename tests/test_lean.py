@@ -68,10 +68,13 @@ def test_narrow_forwards_with_float16_weights_move_logits_by_rounding_only(kind,
     for step, (expected, got) in enumerate(zip(exact, rounded)):
         scale = 1 + expected.abs().max().item()
         # Steps 1-4 feed at most HALF_ROWS tokens (every layer reads float16 weights); the 40-token prefill runs
-        # its layers in float32 and keeps one row of logits, which the output head gives in float16.
-        assert (got - expected).abs().max().item() <= 1e-2 * scale, step  # float16 rounding, compounded
+        # its layers in float32 and keeps one row of logits, which the output head gives in float16. The tree
+        # forwards (steps 3-4, several rows over keys and values that are themselves float16-rounded) compound
+        # more rounding than the one- and two-token steps.
+        bound = 1e-2 if step >= 3 else 4e-3
+        assert (got - expected).abs().max().item() <= bound * scale, step
         top2 = expected.topk(2, dim=-1).values
-        clear = (top2[:, 0] - top2[:, 1]) > 2e-2 * scale  # where the lead is well above float16 rounding
+        clear = (top2[:, 0] - top2[:, 1]) > 2 * bound * scale  # where the lead is well above float16 rounding
         assert torch.equal(got.argmax(-1)[clear], expected.argmax(-1)[clear]), step
     assert (rounded[1] != exact[1]).any(), "the one-row forward should have used the float16 weights"
     assert (rounded[3] != exact[3]).any(), "the 7-row tree forward should have used the float16 weights"
