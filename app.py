@@ -6,10 +6,10 @@ sessions, rendering of the lanes) and the engine in ouroboros_core/.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -17,18 +17,20 @@ from pathlib import Path
 
 import gradio as gr
 
-from ouroboros_core import ConfigError, LoadError, OuroborosConfig, OutputVerdict
+from ouroboros_core import ConfigError, OuroborosConfig, OutputVerdict
 from ouroboros_core.config import SpeculativeConfig
+from ouroboros_core.cpu import set_torch_threads
 from ouroboros_core.race import Lane, race
 from ui.chart import chart_svg
 from ui.guard import (KNOBS, MAX_SEED, SAMPLING, UNEXPECTED, Limits, check_request, check_sampling,  # noqa: F401
                       input_problems, refuse, shielded)  # (UNEXPECTED: tests)
 from ui.inspect import best_step, step_html
+from ui.loading import PairLoader, load_pair, visitor_engine
 from ui.page import EXAMPLES, KNOB_INFO, pair_description
 from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, badge_html, lane_parts, race_log_line, summary_html
 from ui.replay import SPEEDS, replay
 from ui.sessions import Sessions
-from ui.threads import DeviceThread, Latest
+from ui.threads import DeviceThread, Latest, quiet_when_idle
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 LIMITS = Limits.from_env()  # the host's caps on what a visitor may ask for
@@ -39,8 +41,6 @@ SESSION_POOL_SIZE = int(os.environ.get("OUROBOROS_SESSION_POOL_SIZE", "4096"))
 DEFAULTS = OuroborosConfig()
 log = logging.getLogger("ouroboros.app")
 
-_engine = None
-_engine_lock = threading.Lock()
 SESSIONS = Sessions()
 
 try:
@@ -56,33 +56,24 @@ except ImportError:
 
 
 DEVICE = DeviceThread(inline=ZERO_GPU)
+LOADER = PairLoader(functools.partial(load_pair, warm_up=not ZERO_GPU, check_memory=not ZERO_GPU), DEVICE.submit)
 
 
 def get_engine():
-    """Load the pair once per process, on first use (never at import), on the device thread."""
-    with _engine_lock:
-        if _engine is None:
-            DEVICE.call(load_pair)
-        return _engine
+    """The loaded pair, waiting for it if it is still loading (and starting the load if nobody has); raises
+    LoadError with the sentence the page shows if it failed."""
+    return LOADER.wait()
 
 
-def load_pair() -> None:
-    global _engine
-    from ouroboros_core import load_engine
-
-    # Settings come from the environment of the host (a Space's variables), never from the page.
-    engine = load_engine(os.environ.get("OUROBOROS_TARGET") or os.environ.get("OUROBOROS_PRESET"),
-                         os.environ.get("OUROBOROS_DRAFT"), os.environ.get("OUROBOROS_DEVICE"),
-                         dtype=os.environ.get("OUROBOROS_DTYPE") or None, check_memory=not ZERO_GPU)
-    if not ZERO_GPU:  # there the first race, inside its GPU function, warms up instead
-        engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
-    _engine = engine
+def engine_for_visitor():
+    """get_engine() for a handler: a pair that failed to load becomes the visitor's message, not a traceback."""
+    return visitor_engine(get_engine)
 
 
 def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling):
     """Yield lanes of a checked request; request errors the engine finds become messages for the visitor.
     sampling: the options every lane shares (temperature, top_p, seed), {} for greedy."""
-    engine = get_engine()
+    engine = engine_for_visitor()
     per_method = {method: {**sampling, **(options if method == "ouroboros" else {})} for method in methods}
     try:
         updates = race(engine, prompt, methods, max_new_tokens, per_method, stop, pools)
@@ -163,7 +154,7 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
     pools = {}
     if warm_pool:
         if session.get("pool") is None:
-            session["pool"] = get_engine().new_pool(pool_size=SESSION_POOL_SIZE)
+            session["pool"] = engine_for_visitor().new_pool(pool_size=SESSION_POOL_SIZE)
         pools["ouroboros"] = session["pool"]
     updates = Latest(())
     try:
@@ -177,6 +168,19 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
             yield render(lanes, colour, verdicts=verdicts) + inspector_outputs(lanes)
     finally:  # also when the page goes away mid-race: the lanes so far
         log_race(who, updates.value)
+
+
+LOAD_EVERY_S = 0.5
+
+
+@shielded
+def await_pair():
+    """Before a race from the page: wait for the pair outside the device queue (and, on ZeroGPU, outside any GPU
+    function), showing how far loading has got where the badge will be; a pair that failed stops the race."""
+    while not LOADER.settle(timeout=LOAD_EVERY_S):
+        yield LOADER.status_html()
+    engine_for_visitor()  # refuses with the sentence if loading failed
+    yield ""
 
 
 @shielded
@@ -279,10 +283,7 @@ def clear():
 
 def pair_line() -> str:
     """The pair and, once it is loaded, the device and dtype it runs on (read on every page load)."""
-    if _engine is None:
-        return pair_description()
-    dtype = str(_engine.target.dtype).split(".")[-1]
-    return f"{pair_description()} Running on **{_engine.target.device}** in **{dtype}**."
+    return pair_description(LOADER.engine)
 
 
 def knob_values() -> list[int]:
@@ -291,11 +292,21 @@ def knob_values() -> list[int]:
     return [settings[name] for name in KNOBS]
 
 
+def loading_view() -> list:
+    """On page load and on each tick while the pair loads: its status, the pair's line, whether to keep
+    ticking, and the knobs once the pair (and so its own settings) is ready."""
+    ready = LOADER.finished and LOADER.error is None
+    knobs = knob_values() if ready else [gr.skip()] * len(KNOBS)
+    return [LOADER.status_html(), pair_line(), gr.Timer(active=not LOADER.finished)] + knobs
+
+
 with gr.Blocks(title="Ouroboros race") as demo:
     gr.Markdown("# Ouroboros race\nThe same prompt through plain decoding and through Ouroboros speculative "
                 "decoding, side by side. Both write exactly the target model's own output, token for token; "
                 "Ouroboros gets there in fewer target forwards.")
-    gr.Markdown(pair_line, elem_id="pair")
+    pair = gr.Markdown(pair_description(), elem_id="pair")  # both filled in by the page's load event
+    load_status = gr.HTML("", elem_id="load-status")
+    load_timer = gr.Timer(LOAD_EVERY_S, active=False)
     with gr.Row():
         prompt = gr.Textbox(EXAMPLES[0]["prompt"], label="Prompt", lines=8, max_lines=30, scale=3, elem_id="prompt",
                             max_length=LIMITS.max_prompt_chars)
@@ -346,6 +357,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
     race_inputs = [prompt, max_new, gamma, window, ngram, branches, temperature, top_p, seed, speculative_lane, colour,
                    warm]
     run.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
+        await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden").success(
         race_ui, race_inputs, outputs + [step_slider, inspector, replay_button], concurrency_id="device",
         concurrency_limit=1, api_visibility="private", validator=validate_race)
     replay_button.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
@@ -358,20 +370,23 @@ with gr.Blocks(title="Ouroboros race") as demo:
     stop_button.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
     clear_button.click(clear, None, outputs + [step_slider, inspector], api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
-    demo.load(knob_values, None, [gamma, window, ngram, branches], api_visibility="private")
+    loading_outputs = [load_status, pair, load_timer, gamma, window, ngram, branches]
+    demo.load(loading_view, None, loading_outputs, api_visibility="private", show_progress="hidden")
+    load_timer.tick(loading_view, None, loading_outputs, api_visibility="private", show_progress="hidden",
+                    queue=False)
     demo.unload(forget_session)
     gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    print("Loading and warming up the model pair...", flush=True)
-    try:
-        engine = get_engine()
-    except LoadError as err:
-        raise SystemExit(f"error: {err}") from None
-    print(f"Ready: pair {engine.name} on {engine.target.device} in {str(engine.target.dtype).split('.')[-1]}.",
-          flush=True)
+    try:  # the container's CPU quota, not the host's cores, before the device thread's first torch op
+        log.info("torch threads: %s", set_torch_threads())
+    except ConfigError as err:  # a typo in a Space variable should not take the page down
+        log.error("%s; ignoring it", err)
+        log.info("torch threads: %s", set_torch_threads({}))
+    # The page is served at once; the pair loads behind it, and the page and the log say how far it got.
+    LOADER.start()
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     quiet_when_idle(demo)
     # None lets Gradio read GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them), else localhost:7860.
@@ -379,15 +394,6 @@ def main() -> None:
     demo.launch(server_name=os.environ.get("OUROBOROS_HOST"), server_port=int(port) if port else None,
                 css=(ASSETS / "style.css").read_text(), head=f"<script>{(ASSETS / 'lanes.js').read_text()}</script>",
                 show_error=False)
-
-
-def quiet_when_idle(blocks: gr.Blocks) -> None:
-    """Gradio's queue looks for work every 1 ms and for progress updates every 10 ms, busy or not: 4.8% of a
-    core on an idle server (measured, py-spy: the event loop's wake-ups). Every 100 ms and 500 ms it is ~0.5%;
-    a race starts at most 0.1 s later, and the app sends no progress updates."""
-    queue = blocks._queue  # no public setting for these (gradio 6.31); tests/test_app.py measures idle CPU
-    queue.sleep_when_free = max(queue.sleep_when_free, 0.1)
-    queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, 0.5)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import sys
 
 from .cli_args import add_method_args, add_model_args, engine_from_args, method_options
 from .config import METHODS, ConfigError
+from .cpu import set_torch_threads
 from .events import DoneEvent, Source, StepEvent
 from .models import LoadError
 from .tools.bench import add_bench_parser
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        # A container's CPU quota, not the host's core count, before the first torch op.
+        print(f"torch threads: {set_torch_threads()}", file=sys.stderr)
         return args.func(args)
     except (ConfigError, LoadError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,22 @@ HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py"
 
 class LoadError(RuntimeError):
     """A model could not be found or loaded; the message says what to do about it."""
+
+
+@dataclass(frozen=True)
+class LoadStage:
+    """How far loading a pair has got, for a page or a log that shows it while it happens."""
+    stage: str  # "download", "load" or "warm up" (the last one the caller's: load_engine never warms up)
+    text: str  # one line for a person: what is happening, with its counts
+    done: int | None = None  # files or bytes done so far, where known
+    total: int | None = None  # of this many
+
+
+Report = Callable[[LoadStage], None]
+
+
+def ignore(stage: LoadStage) -> None:
+    """The report of a caller that does not watch the loading."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +54,7 @@ def presets() -> dict[str, Preset]:
     return {name: Preset(name=name, **entry) for name, entry in data.items()}
 
 
-def resolve_folder(spec: str) -> Path:
+def resolve_folder(spec: str, report: Report = ignore) -> Path:
     """A local folder as is; anything else that looks like owner/name is a Hub id, downloaded or cached."""
     if spec.startswith("assets/"):
         spec = str(ASSETS.parent / spec)
@@ -49,17 +66,19 @@ def resolve_folder(spec: str) -> Path:
     looks_like_path = spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").replace("/", "", 1)
     if looks_like_path or spec.count("/") != 1:
         raise LoadError(f"model folder {spec!r} does not exist, and it is not a Hub id (owner/name)")
-    return download(spec)
+    return download(spec, report)
 
 
-def download(repo_id: str) -> Path:
+def download(repo_id: str, report: Report = ignore) -> Path:
     # huggingface_hub honours HF_HUB_OFFLINE, HF_TOKEN and HF_HOME itself, and shows a progress bar.
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (GatedRepoError, HFValidationError, LocalEntryNotFoundError,
                                         RepositoryNotFoundError)
 
+    report(LoadStage("download", f"Fetching {repo_id} from the Hub (or its cache)"))
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES,
+                                      tqdm_class=reporting_bars(repo_id, report)))
     except GatedRepoError as err:
         raise LoadError(f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN") from err
     except RepositoryNotFoundError as err:
@@ -72,6 +91,41 @@ def download(repo_id: str) -> Path:
             f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}). Connect to the network once, "
             f"or run `huggingface-cli download {repo_id}` where there is one and copy the cache "
             f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}), or pass a local folder") from err
+
+
+def reporting_bars(repo_id: str, report: Report):
+    """A tqdm class for snapshot_download that also reports its files and bytes as LoadStages. It makes a bar
+    for the files fetched ("Fetching N files") and one for the bytes written (whose total grows as each file
+    starts); each keeps its own count, since a bar that huggingface_hub disables (no terminal) counts nothing."""
+    from huggingface_hub.utils import tqdm as hub_tqdm
+
+    counts = {"files": [0, None], "bytes": [0, None]}  # done, total
+
+    class ReportingBar(hub_tqdm):
+        def __init__(self, *args, **kwargs):
+            self.kind = "bytes" if kwargs.get("unit") == "B" else "files"
+            self.counted = kwargs.get("initial", 0) or 0
+            # Two bars count bytes (received and written): the one that writes them to disk is the one shown.
+            self.shown = self.kind == "files" or not str(kwargs.get("desc", "")).startswith("Downloading")
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):
+            self.counted += n or 0
+            if self.shown:
+                counts[self.kind] = [self.counted, self.total]
+                report(download_stage(repo_id, counts))
+            return super().update(n)
+
+    return ReportingBar
+
+
+def download_stage(repo_id: str, counts: dict) -> LoadStage:
+    (files, file_total), (size, size_total) = counts["files"], counts["bytes"]
+    parts = [f"{files} of {file_total} files" if file_total else None,
+             f"{size_text(size)} of {size_text(size_total)}" if size_total else None]
+    text = ", ".join(part for part in parts if part)
+    return LoadStage("download", f"Downloading {repo_id}" + (f": {text}" if text else ""), size or files,
+                     size_total or file_total)
 
 
 def pick_device(device: str | None):
@@ -156,7 +210,9 @@ def check_fits(folders: dict[str, Path], device, dtype, headroom: float = 0.9) -
 
 
 def size_text(size: int) -> str:
-    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
+    if size >= 2**30:
+        return f"{size / 2**30:.1f} GiB"
+    return f"{size / 2**20:.0f} MiB" if size >= 2**20 else f"{size / 2**10:.0f} KiB"
 
 
 def check_vocabularies(target_tokenizer, draft_tokenizer, target_name: str, draft_name: str) -> None:
@@ -169,12 +225,13 @@ def check_vocabularies(target_tokenizer, draft_tokenizer, target_name: str, draf
 
 def load_engine(target: str | None = None, draft: str | None = None, device: str | None = None, *,
                 dtype=None, device_map: str | None = None, trust_remote_code: bool = False,
-                chat: bool | None = None, check_memory: bool = True):
+                chat: bool | None = None, check_memory: bool = True, report: Report = ignore):
     """Load a pair once. target=None: the embedded `demo` pair.
 
     target may be a preset name (then draft stays None), a local folder or a Hub id; device_map="auto"
     spreads the target over the GPUs with accelerate. check_memory=False skips the free-memory check (on a
-    ZeroGPU Space, where nothing may touch CUDA outside a GPU function).
+    ZeroGPU Space, where nothing may touch CUDA outside a GPU function). report receives a LoadStage at
+    each stage (and as a download goes on), from the calling thread.
     """
     from transformers import AutoTokenizer
 
@@ -197,13 +254,17 @@ def load_engine(target: str | None = None, draft: str | None = None, device: str
         raise LoadError(f"target {target!r} is not a preset ({', '.join(known)}), so a draft is needed too")
     resolved_device = pick_device(None if device == "auto" else device)
     resolved_dtype = pick_dtype(dtype, resolved_device)
-    target_folder, draft_folder = resolve_folder(target), resolve_folder(draft)
+    target_folder, draft_folder = resolve_folder(target, report), resolve_folder(draft, report)
     if check_memory and not device_map:
         check_fits({"target": target_folder, "draft": draft_folder}, resolved_device, resolved_dtype)
     tokenizer = AutoTokenizer.from_pretrained(target_folder, trust_remote_code=trust_remote_code)
     draft_tokenizer = AutoTokenizer.from_pretrained(draft_folder, trust_remote_code=trust_remote_code)
     check_vocabularies(tokenizer, draft_tokenizer, target, draft)
+    where = f"{device_map or resolved_device} in {str(resolved_dtype).split('.')[-1]}"
+    report(LoadStage("load", f"Loading the target onto {where}", 0, 2))
     target_model = load_model(target_folder, resolved_device, resolved_dtype, trust_remote_code, device_map)
+    report(LoadStage("load", f"Loading the draft onto {resolved_device} in {str(resolved_dtype).split('.')[-1]}",
+                     1, 2))
     draft_model = load_model(draft_folder, resolved_device, resolved_dtype, trust_remote_code)
     return Engine(target_model, draft_model, tokenizer, name=name, chat=bool(chat),
                   defaults=settings.get(resolved_device.type, {}))

@@ -31,12 +31,14 @@ def free_port() -> int:
 class AppServer:
     _shared: AppServer | None = None
 
-    def __init__(self):
+    def __init__(self, extra_env: dict | None = None):
+        """`python app.py` with the environment of the tests, plus extra_env (a Space's variables, say)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="app-", suffix=".log", delete=False)
         env = {**os.environ, "PORT": str(self.port), "OUROBOROS_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1",
-               "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+               "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               **(extra_env or {})}
         self.process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=self.log,
                                         stderr=subprocess.STDOUT)
 
@@ -63,6 +65,7 @@ class AppServer:
         return Path(self.log.name).read_text(errors="replace")[-6000:]
 
     def wait_ready(self) -> None:
+        """Until the page is served (the pair may still be loading behind it: a race waits for it)."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

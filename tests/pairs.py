@@ -22,3 +22,15 @@ def save_tiny_pair(root: Path) -> Path:
         model.save_pretrained(root / name)
         tokenizer.save_pretrained(root / name)
     return root
+
+
+def lay_out_hub_cache(cache: Path, repo_id: str, folder: Path) -> None:
+    """The layout huggingface_hub writes: models--owner--name/{refs/main, snapshots/<commit>/...}."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for file in folder.iterdir():
+        (snapshot / file.name).write_bytes(file.read_bytes())

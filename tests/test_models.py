@@ -14,7 +14,7 @@ from transformers import DistilBertConfig, DistilBertModel, PreTrainedTokenizerF
 from ouroboros_core import LoadError, load_engine
 from ouroboros_core.models import check_vocabularies, pick_dtype, presets, resolve_folder
 from ouroboros_core.tools.corpus import load_corpus, stdlib_files, train_tokenizer
-from pairs import save_tiny_pair
+from pairs import lay_out_hub_cache, save_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,18 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def saved_pair(tmp_path_factory):
     return save_tiny_pair(tmp_path_factory.mktemp("pair"))
-
-
-def lay_out_hub_cache(cache: Path, repo_id: str, folder: Path) -> None:
-    """The layout huggingface_hub writes: models--owner--name/{refs/main, snapshots/<commit>/...}."""
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    snapshot = repo / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    for file in folder.iterdir():
-        (snapshot / file.name).write_bytes(file.read_bytes())
 
 
 def run_python(code: str, env_extra: dict) -> subprocess.CompletedProcess:

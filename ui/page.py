@@ -23,13 +23,18 @@ KNOB_INFO = {"gamma": "draft at least this many tokens before the target checks 
              "branches": "pool phrases the target verifies beside the draft, in the same forward"}
 
 
-def pair_description() -> str:
+def pair_description(engine=None) -> str:
+    """The pair the host chose and, once it is loaded (`engine`), the device and dtype it runs on."""
     from ouroboros_core.models import presets
 
+    where = ""
+    if engine is not None:
+        where = f" Running on **{engine.target.device}** in **{str(engine.target.dtype).split('.')[-1]}**."
     if os.environ.get("OUROBOROS_TARGET"):
-        return f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, draft `{os.environ.get('OUROBOROS_DRAFT')}`."
-    name = os.environ.get("OUROBOROS_PRESET", "demo")
+        return (f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, draft `{os.environ.get('OUROBOROS_DRAFT')}`."
+                + where)
+    name = os.environ.get("OUROBOROS_PRESET") or "demo"
     preset = presets().get(name)
     if preset is None:
         return f"Pair: `{html.escape(name)}` (unknown preset)"
-    return f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: {preset.description}."
+    return f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: {preset.description}.{where}"
