@@ -1,0 +1,171 @@
+"""The demo on a Hugging Face Space in one command, and its start rehearsed here first.
+
+    python3 -m ouroboros_core.tools.space deploy OWNER/NAME [--preset P] [--var KEY=VALUE]... [--hardware H]
+                                                  [--private] [--dry-run]
+    python3 -m ouroboros_core.tools.space rehearse [--venv PATH]
+
+Deploy, dry run and rehearsal all use one set of files (space_files.upload_set). The deploy goes through
+huggingface_hub's HfApi with the token it finds (HF_TOKEN or `hf auth login`); the rehearsal
+(space_rehearsal.py) starts the set alone, as a Space does, and races once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx2  # huggingface_hub's HTTP client: a connection failure is its error, not an HfHubHTTPError
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, SpaceHardware, get_token
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from .space_files import (ROOT, SPACE_GITATTRIBUTES, SpaceFile, lfs_rules, stored_in_lfs, untracked_in_space,
+                          upload_set, upload_set_problems)
+
+APP_VARIABLES = ("OUROBOROS_PRESET", "OUROBOROS_TARGET", "OUROBOROS_DRAFT", "OUROBOROS_DEVICE", "OUROBOROS_DTYPE",
+                 "OUROBOROS_MAX_NEW_TOKENS", "OUROBOROS_MAX_PROMPT_CHARS", "OUROBOROS_QUEUE_SIZE",
+                 "OUROBOROS_SESSION_POOL_SIZE", "OUROBOROS_THREADS")
+HARDWARE = tuple(flavor.value for flavor in SpaceHardware)
+LOGIN_HINT = "set HF_TOKEN to a token with write access, or run `hf auth login`"
+
+
+class DeployError(Exception):
+    """A deploy that cannot go ahead, with the sentence that says why."""
+
+
+def space_variables(preset: str | None, pairs: list[str]) -> dict[str, str]:
+    """The Space's variables from --preset and each --var KEY=VALUE, keys limited to what the app reads."""
+    from ..models import presets
+
+    variables = {"OUROBOROS_PRESET": preset} if preset else {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in APP_VARIABLES:
+            raise DeployError(f"--var takes KEY=VALUE with KEY one of {', '.join(APP_VARIABLES)}; got {pair!r}")
+        if variables.get(key, value) != value:
+            raise DeployError(f"{key} is given twice, as {variables[key]!r} and {value!r}")
+        variables[key] = value
+    known = presets()
+    if variables.get("OUROBOROS_PRESET", "demo") not in known:
+        raise DeployError(f"preset {variables['OUROBOROS_PRESET']!r} is not one of {', '.join(known)}")
+    return variables
+
+
+def check_hardware(name: str | None) -> str | None:
+    if name is not None and name not in HARDWARE:
+        raise DeployError(f"--hardware {name!r} is not a Space hardware; one of: {', '.join(HARDWARE)}")
+    return name
+
+
+def space_url(repo_id: str) -> str:
+    return f"https://huggingface.co/spaces/{repo_id}"
+
+
+def plan_lines(repo_id: str, files: list[SpaceFile], variables: dict[str, str], hardware: str | None,
+               private: bool) -> list[str]:
+    """The deploy's plan, as the dry run prints it: every file with its size, the variables, the hardware."""
+    rules = lfs_rules(SPACE_GITATTRIBUTES)
+    lines = [f"Space: {space_url(repo_id)} (if new, {'private' if private else 'public'}; if not, as it is)",
+             "Files (one commit; files on the Space outside this list are deleted in it):"]
+    lines += [f"  {f.size:>12,}  {f.path}{'  (LFS)' if stored_in_lfs(f.path, rules) else ''}" for f in files]
+    total = sum(f.size for f in files)
+    lines.append(f"  {total:>12,}  bytes in {len(files)} files ({total / 1e6:.1f} MB)")
+    lines.append("Variables: " + (", ".join(f"{k}={v}" for k, v in variables.items()) or "none set"))
+    lines.append(f"Hardware: {hardware or 'left as it is (cpu-basic for a new Space)'}")
+    return lines
+
+
+def hub_call(step: str, call, *args, **kwargs):
+    """One Hub request; its failure becomes a DeployError whose one line says which step failed and why."""
+    try:
+        return call(*args, **kwargs)
+    except (httpx2.HTTPError, HFValidationError, OSError) as err:
+        first_line = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise DeployError(f"{step} failed: {first_line}") from None
+
+
+def deploy(api: HfApi, repo_id: str, files: list[SpaceFile], variables: dict[str, str], hardware: str | None,
+           private: bool, message: str) -> str:
+    """Create the Space (or keep it), set its variables, replace its files with the set in one commit, and
+    request its hardware. Returns the Space's URL."""
+    hub_call(f"creating the Space {repo_id}", api.create_repo, repo_id, repo_type="space", space_sdk="gradio",
+             exist_ok=True, private=private or None)
+    for key, value in variables.items():  # before the files, so the build they start already sees them
+        hub_call(f"setting {key}", api.add_space_variable, repo_id, key, value)
+    present = hub_call("listing the Space's files", api.list_repo_files, repo_id, repo_type="space")
+    paths = {f.path for f in files}
+    operations = [CommitOperationDelete(path_in_repo=name) for name in sorted(set(present) - paths)]
+    operations += [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=f.source if isinstance(f.source, bytes)
+                                      else str(f.source)) for f in files]
+    hub_call("uploading the files", api.create_commit, repo_id, operations, commit_message=message,
+             repo_type="space")
+    if hardware:
+        hub_call(f"requesting {hardware}", api.request_space_hardware, repo_id, hardware)
+    return space_url(repo_id)
+
+
+def source_revision(root: Path = ROOT) -> str:
+    done = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=root, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "a folder outside git"
+
+
+def run_deploy(args: argparse.Namespace) -> None:
+    try:
+        validate_repo_id(args.repo_id)
+    except HFValidationError as err:
+        raise DeployError(f"{args.repo_id!r} is not a Space id (OWNER/NAME): {err}") from None
+    variables = space_variables(args.preset, args.var)
+    hardware = check_hardware(args.hardware)
+    files = upload_set(ROOT)
+    print("\n".join(plan_lines(args.repo_id, files, variables, hardware, args.private)))
+    for name in untracked_in_space(ROOT):
+        print(f"warning: {name} is not tracked by git, so it is left out; git add it to deploy it")
+    problems = upload_set_problems(files)
+    if problems:
+        raise DeployError("the Hub would refuse or misread this upload:\n  " + "\n  ".join(problems))
+    if args.dry_run:
+        print("Dry run: nothing was sent to the Hub.")
+        return
+    if get_token() is None:
+        raise DeployError(f"no Hugging Face token: {LOGIN_HINT}")
+    url = deploy(HfApi(), args.repo_id, files, variables, hardware, args.private,
+                 f"Deploy Ouroboros race from {source_revision(ROOT)}")
+    print(f"Deployed: {url} (it builds and starts on the Hub now)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python3 -m ouroboros_core.tools.space", description=__doc__.split("\n")[0])
+    commands = top.add_subparsers(dest="command", required=True)
+    push = commands.add_parser("deploy", help="create or update the Space with the upload set, in one commit")
+    push.add_argument("repo_id", metavar="OWNER/NAME")
+    push.add_argument("--preset", help="sets the Space's OUROBOROS_PRESET (see ouroboros_core/presets.json)")
+    push.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
+                      help=f"sets a Space variable the app reads ({', '.join(APP_VARIABLES)}); repeatable")
+    push.add_argument("--hardware", help=f"requests this hardware ({', '.join(HARDWARE)}); default: left as is")
+    push.add_argument("--private", action="store_true", help="makes a new Space private (an existing one keeps "
+                      "its visibility)")
+    push.add_argument("--dry-run", action="store_true", help="prints the plan and touches nothing")
+    rehearse = commands.add_parser("rehearse", help="start the upload set as a Space does, here, and race once")
+    rehearse.add_argument("--venv", type=Path,
+                          help="a virtual environment to make once and reuse (default: a fresh one each time)")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "deploy":
+            run_deploy(args)
+            return 0
+        from .space_rehearsal import rehearse  # the slow half, loaded only for its command
+
+        return rehearse(args.venv)
+    except DeployError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

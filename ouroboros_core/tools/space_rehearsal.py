@@ -1,0 +1,258 @@
+"""The Space's start, rehearsed here: `python3 -m ouroboros_core.tools.space rehearse [--venv PATH]`.
+
+The upload set alone in a temporary folder; a fresh virtual environment holding that folder's requirements.txt
+and what a Space's build adds to it, nothing of this checkout's environment; `python app.py` started there with a
+Space's environment and nothing that points back to this checkout; then one race through /race, whose lanes must
+agree. Running from the folder proves the Space needs nothing outside the set; the times to the page and to the
+first race's answer are what the first visitor of a fresh Space waits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .space_files import ROOT, SpaceFile, front_matter, untracked_in_space, upload_set, upload_set_problems
+
+SPACE_ID = "rehearsal/ouroboros-race"
+# What a Gradio Space's build installs after requirements.txt (its build log shows
+# `pip install gradio[oauth]==<sdk_version> "uvicorn>=0.14.0" spaces`). `spaces` matters: with SYSTEM=spaces,
+# Gradio's launch needs it, and `import spaces` succeeds on every Gradio Space, ZeroGPU or not.
+SPACE_BUILD = ("gradio[oauth]=={sdk_version}", "uvicorn>=0.14.0", "spaces")
+PROMPT = "def fib(n):\n"
+RACE_TOKENS = 24
+START_TIMEOUT_S = 600  # imports, then (before or after the page, as the app chooses) loading and warming the pair
+RACE_TIMEOUT_S = 600
+LOG_TAIL_CHARS = 6000
+
+
+class RehearsalFailed(Exception):
+    """The rehearsal stopped: the reason, and the log that shows it."""
+
+    def __init__(self, reason: str, log: Path | None = None):
+        super().__init__(reason)
+        self.log = log
+
+
+@dataclass(frozen=True)
+class Start:
+    """What one start of the app measured, in seconds from launching `python app.py`."""
+    page_s: float     # the first HTTP 200 on /
+    answer_s: float   # the first race's full answer (it waits for the pair if the page came first)
+    result: dict      # that answer: {"vanilla": {...}, "ouroboros": {..., "verdict": {...}}}
+    log: str          # the app's stdout and stderr
+
+
+def lay_out(files: list[SpaceFile], folder: Path) -> None:
+    for file in files:
+        target = folder / file.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(file.source, bytes):
+            target.write_bytes(file.source)
+        else:
+            shutil.copyfile(file.source, target)
+
+
+def outside_checkout(path: str) -> bool:
+    return not Path(path).resolve().is_relative_to(ROOT)
+
+
+def prepare_venv(venv: Path, folder: Path, build: list[str], log: Path) -> tuple[Path, float]:
+    """Into venv (made first if missing): folder's requirements.txt, then what the Space's build adds.
+    Returns the venv's python and the seconds it took."""
+    python = venv / "bin" / "python"
+    start = time.perf_counter()
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    with log.open("w") as out:
+        for packages in (["-r", "requirements.txt"], build):
+            done = subprocess.run([str(python), "-m", "pip", "install", *packages], cwd=folder, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT)
+            if done.returncode != 0:
+                raise RehearsalFailed(f"pip install {' '.join(packages)} failed (exit {done.returncode})", log)
+    return python, time.perf_counter() - start
+
+
+def app_environment(python: Path, port: int, home: Path) -> dict[str, str]:
+    """A Space's environment for app.py: its variables, a bare HOME, and a PATH without this checkout."""
+    path = [str(python.parent)] + [p for p in os.environ.get("PATH", "").split(os.pathsep)
+                                   if p and outside_checkout(p)]
+    return {"PATH": os.pathsep.join(path), "HOME": str(home), "SPACE_ID": SPACE_ID, "SYSTEM": "spaces",
+            "GRADIO_SERVER_NAME": "0.0.0.0", "GRADIO_SERVER_PORT": str(port), "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_page(process: subprocess.Popen, url: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RehearsalFailed(f"app.py exited with {process.returncode} before serving the page")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    raise RehearsalFailed(f"no page on {url} within {START_TIMEOUT_S} s")
+
+
+def race(url: str) -> dict:
+    from gradio_client import Client
+
+    try:
+        client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
+        return client.submit(PROMPT, RACE_TOKENS, api_name="/race").result(timeout=RACE_TIMEOUT_S)
+    except Exception as err:  # gradio_client raises many kinds; each is this rehearsal's failure, told as such
+        raise RehearsalFailed(f"/race failed: {type(err).__name__}: {err}") from None
+
+
+def start_and_race(python: Path, folder: Path, work: Path) -> Start:
+    """Start `python app.py` in folder as a Space does, wait for the page, race once; always stop the app."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    home = work / "home"
+    home.mkdir(exist_ok=True)
+    log = work / "app.log"
+    print(f"Starting python app.py in {folder} on port {port}...", flush=True)
+    with log.open("w") as out:
+        start = time.perf_counter()
+        process = subprocess.Popen([str(python), "app.py"], cwd=folder, env=app_environment(python, port, home),
+                                   stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for_page(process, url)
+            page_s = time.perf_counter() - start
+            print(f"Page served after {page_s:.1f} s; racing once through /race...", flush=True)
+            result = race(url)
+            answer_s = time.perf_counter() - start
+        except RehearsalFailed as err:
+            err.log = log
+            raise
+        finally:
+            stop(process)
+    return Start(page_s, answer_s, result, log.read_text(errors="replace"))
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def race_problems(result) -> list[str]:
+    """What is wrong with /race's answer: both lanes present, the same tokens, verdict identical."""
+    if not isinstance(result, dict) or not {"vanilla", "ouroboros"} <= result.keys():
+        return [f"/race answered {str(result)[:200]!r}, not the two lanes"]
+    vanilla, ouroboros = result["vanilla"].get("token_ids"), result["ouroboros"].get("token_ids")
+    problems = []
+    if not vanilla:
+        problems.append("the vanilla lane wrote no tokens")
+    if vanilla != ouroboros:
+        problems.append(f"the lanes differ: vanilla {vanilla}, ouroboros {ouroboros}")
+    kind = (result["ouroboros"].get("verdict") or {}).get("kind")
+    if kind != "identical":
+        problems.append(f"the Ouroboros lane's verdict is {kind!r}, not 'identical'")
+    return problems
+
+
+def log_tracebacks(log: str) -> tuple[list[str], list[str]]:
+    """The closing line of each traceback in the app's log: those raised, and those Python ignored (an error in a
+    __del__: Gradio's Spaces reload server leaves two, from its event loop, in any app run with SYSTEM=spaces)."""
+    raised, ignored = [], []
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            end = next((j for j in range(i + 1, len(lines)) if not lines[j].startswith(" ")), len(lines))
+            closing = lines[end] if end < len(lines) else "(the log ends inside it)"
+            (ignored if i and lines[i - 1].startswith("Exception ignored in") else raised).append(closing)
+    return raised, ignored
+
+
+def log_problems(log: str) -> list[str]:
+    return [f"the app's log holds a traceback: {closing}" for closing in log_tracebacks(log)[0]]
+
+
+def print_tail(what: str, text: str) -> None:
+    tail = text[-LOG_TAIL_CHARS:]
+    print(f"--- {what} (last {len(tail)} characters) ---\n{tail.rstrip()}\n--- end ---", flush=True)
+
+
+def python_note(files: list[SpaceFile]) -> str:
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    space = str(front_matter(files).get("python_version"))
+    note = f"Python {sys.version.split()[0]}"
+    return note if space == here else f"{note}, but the Space runs Python {space}: a rehearsal, not a replica"
+
+
+def summary(files: list[SpaceFile], build: list[str], install_s: float, start: Start, problems: list[str]) -> str:
+    ouroboros = start.result.get("ouroboros", {}) if isinstance(start.result, dict) else {}
+    verdict = (ouroboros.get("verdict") or {}).get("kind")
+    return (f"Rehearsal of the Space's start ({python_note(files)}):\n"
+            f"  install  {install_s:7.1f} s  requirements.txt, then the Space build's {' '.join(build)}\n"
+            f"  page     {start.page_s:7.1f} s  from starting python app.py to HTTP 200 on /\n"
+            f"  race     {start.answer_s:7.1f} s  from starting python app.py to the first race's answer "
+            f"({len(ouroboros.get('token_ids') or [])} tokens, verdict {verdict!r})\n"
+            f"  checks   upload set, LFS coverage, front matter: ok; identical lanes, no traceback in the log: "
+            f"{'FAILED' if problems else 'ok'}" + ignored_note(start.log))
+
+
+def ignored_note(log: str) -> str:
+    ignored = log_tracebacks(log)[1]
+    return f"\n  note     the log holds {len(ignored)} exception(s) Python ignored: {ignored[0]}" if ignored else ""
+
+
+def rehearse(venv: Path | None = None) -> int:
+    """The whole rehearsal; prints what it measured and found. 0 when every check passed, else 1."""
+    files = upload_set(ROOT)
+    for name in untracked_in_space(ROOT):
+        print(f"warning: {name} is not tracked by git, so the Space would not get it", flush=True)
+    print(f"Upload set: {len(files)} files, {sum(f.size for f in files) / 1e6:.1f} MB", flush=True)
+    problems = upload_set_problems(files)
+    if problems:
+        print("Rehearsal failed before starting anything:\n  " + "\n  ".join(problems))
+        return 1
+    build = [package.format(**front_matter(files)) for package in SPACE_BUILD]
+    with tempfile.TemporaryDirectory(prefix="space-rehearsal-", ignore_cleanup_errors=True) as tmp:
+        work = Path(tmp)
+        folder = work / "space"
+        lay_out(files, folder)
+        target = venv or work / "venv"
+        print(f"Installing requirements.txt, then {' '.join(build)}, into {target}...", flush=True)
+        try:
+            python, install_s = prepare_venv(target, folder, build, work / "pip.log")
+            print(f"Installed in {install_s:.1f} s", flush=True)
+            start = start_and_race(python, folder, work)
+        except RehearsalFailed as err:
+            print(f"Rehearsal failed: {err}")
+            if err.log is not None:
+                print_tail(err.log.name, err.log.read_text(errors="replace"))
+            return 1
+        problems = race_problems(start.result) + log_problems(start.log)
+        print(summary(files, build, install_s, start, problems))
+        if problems:
+            print("Rehearsal failed:\n  " + "\n  ".join(problems))
+            print_tail("app log", start.log)
+        else:
+            print("Rehearsal passed.")
+        print(f"Removing {work}...", flush=True)
+    return 1 if problems else 0
