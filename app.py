@@ -24,7 +24,7 @@ from ouroboros_core.race import Lane, race
 from ui.chart import chart_svg
 from ui.guard import (KNOBS, MAX_SEED, SAMPLING, UNEXPECTED, Limits, check_request, check_sampling,  # noqa: F401
                       input_problems, refuse, shielded)  # (UNEXPECTED: tests)
-from ui.inspect import best_step, step_html
+from ui.inspect import inspector_outputs, step_html
 from ui.loading import PairLoader, load_pair, visitor_engine
 from ui.page import EXAMPLES, KNOB_INFO, pair_description
 from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, badge_html, lane_parts, race_log_line, summary_html
@@ -43,16 +43,17 @@ log = logging.getLogger("ouroboros.app")
 
 SESSIONS = Sessions()
 
-try:
-    import spaces  # present on Hugging Face Spaces (ZeroGPU); absent elsewhere, and then nothing changes
+try:  # every Space installs `spaces`; only a ZeroGPU one says so in its config
+    import spaces
 
-    on_gpu = spaces.GPU  # on ZeroGPU, device work may only happen inside functions it wraps
-    ZERO_GPU = True
+    ZERO_GPU = bool(spaces.config.Config.zero_gpu)
 except ImportError:
-    def on_gpu(fn):
-        return fn
-
     ZERO_GPU = False
+
+
+def on_gpu(fn):
+    """On ZeroGPU device work may only happen inside functions spaces.GPU wraps; elsewhere nothing changes."""
+    return spaces.GPU(fn) if ZERO_GPU else fn
 
 
 DEVICE = DeviceThread(inline=ZERO_GPU)
@@ -84,13 +85,14 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling):
     return itertools.chain([first], DEVICE.iterate(updates))
 
 
-def race_verdicts(prompt: str, lanes: dict[str, Lane]) -> dict[str, OutputVerdict]:
-    """Each drafting lane's output against vanilla's, once every lane has finished (not when stopped)."""
+def race_verdicts(prompt: str, lanes: dict[str, Lane], sampling: dict) -> dict[str, OutputVerdict]:
+    """Each drafting lane's output against vanilla's, once every lane has finished (not when stopped); sampling:
+    the race's shared settings ({} greedy)."""
     if any(lane.done is None or lane.done.stop_reason == "cancelled" for lane in lanes.values()):
         return {}
     reference = lanes["vanilla"].done.token_ids
     engine = get_engine()
-    return {method: DEVICE.call(engine.verdict, prompt, reference, lane.done.token_ids)
+    return {method: DEVICE.call(engine.verdict, prompt, reference, lane.done.token_ids, **sampling)
             for method, lane in lanes.items() if method != "vanilla"}
 
 
@@ -115,16 +117,6 @@ def streamed(updates: Iterator[dict[str, Lane]], colour: bool, extra: list) -> I
             chart = now - last_chart >= CHART_EVERY_S
             last_text, last_chart = now, now if chart else last_chart
             yield render(lanes, colour, chart) + extra
-
-
-def inspector_outputs(lanes: dict[str, Lane] | None) -> list:
-    """The step slider, the inspector and the replay button for a finished race (None: none to show)."""
-    lane = lanes.get("ouroboros") if lanes else None
-    if lane is None or not lane.events:
-        return [gr.update(interactive=False), "", gr.update(interactive=False)]
-    best = best_step(lane)
-    return [gr.update(maximum=max(len(lane.events), 2), value=best, interactive=len(lane.events) > 1),
-            step_html(lane, best), gr.update(interactive=True)]
 
 
 def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
@@ -163,7 +155,7 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
         yield from streamed(updates, colour, WAITING)
         lanes = updates.value
         if lanes is not None:
-            verdicts = race_verdicts(prompt, lanes)
+            verdicts = race_verdicts(prompt, lanes, sampling)
             session["race"] = (lanes, verdicts)
             yield render(lanes, colour, verdicts=verdicts) + inspector_outputs(lanes)
     finally:  # also when the page goes away mid-race: the lanes so far
@@ -220,7 +212,7 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
     (stop_reason and stats are None until a lane is done); the last message is the finished race: each lane
     with "steps" (the engine's step events: drafted, accepted, rejected, target_token, milliseconds, and the
     trunk and branches the target verified), its Ouroboros lane with "verdict": {kind: "identical" |
-    "float tie" | "mismatch", first_difference, margin} against vanilla (None if the race was cut short), and in
+    "float tie" | "rounding boundary" | "mismatch", first_difference, margin} against vanilla (None if the race was cut short), and in
     each lane "sampling": {temperature, top_p, seed} (None when greedy). gamma, window, ngram, branches: Ouroboros
     settings, None for the defaults. temperature 0 is greedy; above 0 both lanes sample, each position's draw
     fixed by the seed and the position, so they write the same text; seed None picks one (reported)."""
@@ -238,7 +230,7 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
         final = api_result(lanes)
         for method, lane in lanes.items():  # the engine's step events, as the CLI's --events prints them
             final[method]["steps"] = [event.to_dict() for event in lane.events]
-        verdict = race_verdicts(prompt, lanes).get("ouroboros")
+        verdict = race_verdicts(prompt, lanes, sampling).get("ouroboros")
         final["ouroboros"]["verdict"] = verdict.to_dict() if verdict else None
         for lane in final.values():
             lane["sampling"] = sampling or None

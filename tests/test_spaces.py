@@ -19,6 +19,15 @@ import ouroboros_core.models as models_module
 PROMPT = 'def count_words(text):\n    """Count the words in text."""\n'
 
 
+def stand_in_spaces(gpu, zero_gpu: bool) -> types.ModuleType:
+    """The `spaces` package as a Space has it: spaces.GPU, and spaces.config.Config.zero_gpu (True only on ZeroGPU
+    hardware; every Gradio Space installs the package)."""
+    fake = types.ModuleType("spaces")
+    fake.GPU = gpu
+    fake.config = types.SimpleNamespace(Config=types.SimpleNamespace(zero_gpu=zero_gpu))
+    return fake
+
+
 @pytest.fixture
 def zero_gpu(monkeypatch):
     """Import app.py afresh with a stand-in `spaces`; yield (app, record of forwards: 'inside' / 'outside')."""
@@ -35,9 +44,7 @@ def zero_gpu(monkeypatch):
                 inside[0] = False
         return wrapper
 
-    fake = types.ModuleType("spaces")
-    fake.GPU = gpu
-    monkeypatch.setitem(sys.modules, "spaces", fake)
+    monkeypatch.setitem(sys.modules, "spaces", stand_in_spaces(gpu, zero_gpu=True))
     monkeypatch.setenv("OUROBOROS_DEVICE", "cpu")  # the CPU suite, also on a machine with CUDA
     monkeypatch.delitem(sys.modules, "app", raising=False)  # restored after the test
     real_call = torch.nn.Module.__call__
@@ -63,12 +70,18 @@ def test_zero_gpu_start_up_runs_no_forward_outside_a_gpu_function(zero_gpu):
     assert record["inside"] > 0 and record["outside"] == 0, record
 
 
-def test_without_spaces_start_up_warms_up(monkeypatch):
+def never_wrap(fn):
+    raise AssertionError("spaces.GPU wrapped a handler on a Space without ZeroGPU")
+
+
+@pytest.mark.parametrize("installed", ["absent", "a CPU Space's"])
+def test_without_zero_gpu_start_up_warms_up(monkeypatch, installed):
     monkeypatch.setenv("OUROBOROS_DEVICE", "cpu")
     monkeypatch.delitem(sys.modules, "app", raising=False)
-    monkeypatch.setitem(sys.modules, "spaces", None)  # `import spaces` raises ImportError
+    # Absent: `import spaces` raises ImportError. A CPU Space's: the package is there, its config says no ZeroGPU.
+    monkeypatch.setitem(sys.modules, "spaces", None if installed == "absent" else stand_in_spaces(never_wrap, False))
     app = importlib.import_module("app")
-    assert not app.ZERO_GPU
+    assert not app.ZERO_GPU and app.DEVICE.executor is not None  # engine calls on the device thread
     calls = []
     real_generate = Engine.generate
     monkeypatch.setattr(Engine, "generate", lambda *a, **k: calls.append(a[1:]) or real_generate(*a, **k))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import html
 
+import gradio as gr
+
 from ouroboros_core.events import Source, StepEvent, Token
 from ouroboros_core.race import Lane
 
@@ -85,3 +87,13 @@ def best_step(lane: Lane) -> int:
     if not lane.events:
         return 1
     return max(range(len(lane.events)), key=lambda i: (len(lane.events[i].committed), -i)) + 1
+
+
+def inspector_outputs(lanes: dict[str, Lane] | None) -> list:
+    """The step slider, the inspector and the replay button for a finished race (None: none to show)."""
+    lane = lanes.get("ouroboros") if lanes else None
+    if lane is None or not lane.events:
+        return [gr.update(interactive=False), "", gr.update(interactive=False)]
+    best = best_step(lane)
+    return [gr.update(maximum=max(len(lane.events), 2), value=best, interactive=len(lane.events) > 1),
+            step_html(lane, best), gr.update(interactive=True)]
