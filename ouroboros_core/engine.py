@@ -248,10 +248,12 @@ class Engine:
                 return Result(list(event.token_ids), event.text, event.stats, event.stop_reason, steps)
         raise AssertionError("stream ended without a DoneEvent")
 
-    def verdict(self, prompt: str, a, b) -> OutputVerdict:
-        """Whether two outputs (new token ids) of this target for `prompt` are identical, part at a float tie,
-        or mismatch; one extra target forward at the first difference measures the margin."""
-        return output_verdict(self.target, self.encode(prompt), list(a), list(b))
+    def verdict(self, prompt: str, a, b, temperature: float = 0.0, top_p: float = 1.0,
+                seed: int | None = None) -> OutputVerdict:
+        """Whether two outputs (new token ids) of this target for `prompt`, greedy or sampled with these settings,
+        are identical, part at a float tie or a rounding boundary, or mismatch; one extra target forward at the
+        first difference measures it."""
+        return output_verdict(self.target, self.encode(prompt), list(a), list(b), temperature, top_p, seed)
 
     def _verifiable(self, proposal: Proposal) -> Proposal:
         """Nothing after an end-of-sequence token can be committed, so nothing after it is verified; a drafted

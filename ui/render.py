@@ -7,7 +7,7 @@ import html
 
 from ouroboros_core.race import Lane
 from ouroboros_core.theory import draft_cost_ratio, expected_speedup, expected_step_speedup, expected_tokens_per_forward
-from ouroboros_core.verdict import OutputVerdict, explain, first_difference
+from ouroboros_core.verdict import CALM, OutputVerdict, explain, first_difference
 
 LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative (draft model)",
                "ouroboros": "Ouroboros"}
@@ -65,8 +65,8 @@ def lane_parts(lanes: dict[str, Lane], method: str, colour: bool) -> list[str]:
 
 
 def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None = None) -> str:
-    """The race's verdict: identical, a float tie (calm: either token is the target's greedy choice), or a
-    mismatch (a bug). Differing outputs wait for their measured verdicts (None: not measured yet); a differing
+    """The race's verdict: identical, a float tie or a rounding boundary (calm: either token is the target's own
+    choice, greedy or sampled), or a mismatch (a bug). Differing outputs wait for their measured verdicts (None: not measured yet); a differing
     lane without one counts as a mismatch."""
     if any(lane.done is None for lane in lanes.values()):
         return ""
@@ -85,11 +85,12 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
             at = first_difference(list(lanes[method].done.token_ids), list(reference))
             return (f'<div class="badge differ">Outputs differ: {html.escape(LANE_TITLES[method])} departs from '
                     f"vanilla at token {at}. This is a bug.</div>")
-        if verdict.kind != "float tie":
+        if verdict.kind not in CALM:
             return (f'<div class="badge differ">Outputs differ: {html.escape(explain(verdict, LANE_TITLES[method]))}'
                     ". This is a bug.</div>")
         ties.append(f"{LANE_TITLES[method]}: {explain(verdict)}.")
-    return ('<div class="badge tie">Each lane is the target\'s greedy output. ' + html.escape(" ".join(ties))
+    own = "sample" if verdicts[differing[0]].sampled else "greedy output"
+    return (f'<div class="badge tie">Each lane is the target\'s own {own}. ' + html.escape(" ".join(ties))
             + "</div>")
 
 
