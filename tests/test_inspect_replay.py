@@ -6,14 +6,16 @@ from __future__ import annotations
 import re
 import threading
 import time
+import types
 
 import pytest
 
+import ui.replay as replay_module
 from ouroboros_core import load_engine
 from ouroboros_core.events import DoneEvent, Source, Stats, StepEvent, Token
 from ouroboros_core.race import Lane, race
 from ui.inspect import best_step, step_html
-from ui.replay import replay, timeline
+from ui.replay import SPEEDS, replay, timeline
 
 
 def tok(i, text, source):
@@ -75,26 +77,112 @@ def test_every_step_of_a_real_race_shows_what_landed(raced):
     assert "Run a race" in step_html(Lane("ouroboros"), 1)
 
 
-def test_replay_rebuilds_the_race_at_its_true_relative_timings(raced):
+class FakeClock:
+    """Wall time that moves only when the replay waits or the viewer draws a frame, so the test measures the
+    replay's pace and not the machine's. It stands in for time.perf_counter, for sleep and for the stop Event."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0, f"the replay asked to wait {seconds} s"
+        self.now += seconds
+
+    def wait(self, seconds: float) -> bool:  # stop.wait: never set, so it returns after the timeout
+        self.sleep(seconds)
+        return False
+
+    def is_set(self) -> bool:
+        return False
+
+
+FRAME_S = 0.06
+DRAW_S = 0.01  # what the viewer spends rendering each frame, on the same clock
+TOLERANCE_S = FRAME_S  # each event shows within one frame of its recorded time / speed, early or late
+
+
+def watch(lanes, speed, path, monkeypatch):
+    """Replay `lanes` on a fake clock: [(seconds since the replay began, method, event)] for each event the
+    moment it first shows, the frame times, and the time the replay ended."""
+    clock = FakeClock()
+    monkeypatch.setattr(replay_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter,
+                                                                     sleep=clock.sleep))
+    frames = (replay(lanes, speed, clock, frame_s=FRAME_S) if path == "stop"
+              else replay(lanes, speed, None, frame_s=FRAME_S, sleep=clock.sleep))
+    began, shown, frame_times, last = clock.now, [], [], None
+    for frame in frames:
+        at = clock.now - began
+        frame_times.append(at)
+        for method, lane in frame.items():
+            counts = (len(lane.events), lane.done is not None)
+            before = (0, False) if last is None else last[method]
+            shown += [(at, method, event) for event in lane.events[before[0]:counts[0]]]
+            if counts[1] and not before[1]:
+                shown.append((at, method, lane.done))
+        last = {method: (len(lane.events), lane.done is not None) for method, lane in frame.items()}
+        clock.sleep(DRAW_S)
+    return shown, frame_times, clock.now - began
+
+
+def recorded_time(event) -> float:
+    return event.stats.seconds if isinstance(event, DoneEvent) else event.elapsed_s
+
+
+def timed_lanes() -> dict[str, Lane]:
+    """Two lanes with known timings spread over 0.6 s, far wider than a frame: a pace off by any sizeable
+    factor moves the late events by many frames."""
+    lanes = {}
+    for method, times in {"vanilla": [0.05 * k for k in range(1, 13)], "ouroboros": [0.07, 0.19, 0.33, 0.4]}.items():
+        lane = Lane(method)
+        for index, elapsed in enumerate(times):
+            token = tok(index, f"t{index}", Source.TARGET)
+            lane.apply(StepEvent(index=index, drafted=(), branches=(), accepted=(), rejected=(), target_token=token,
+                                 draft_ms=0.0, verify_ms=1.0, elapsed_s=elapsed))
+        stats = Stats(new_tokens=len(times), target_forwards=len(times), drafted_tokens=0, accepted_tokens=0,
+                      seconds=times[-1] + 0.01, draft_seconds=0.0, verify_seconds=times[-1])
+        lane.apply(DoneEvent(tuple(range(len(times))), "", stats, "max_new_tokens"))
+        lanes[method] = lane
+    return lanes
+
+
+@pytest.mark.parametrize("path", ["sleep", "stop"])  # replay waits on `sleep`, or on the app's stop Event
+@pytest.mark.parametrize("speed", list(SPEEDS.values()), ids=list(SPEEDS))
+def test_replay_keeps_the_recorded_pace_at_every_speed(speed, path, monkeypatch):
+    lanes = timed_lanes()
+    shown, frame_times, ended = watch(lanes, speed, path, monkeypatch)
+    expected = sorted((recorded_time(e), m) for m, lane in lanes.items() for e in lane.events + [lane.done])
+    assert sorted((recorded_time(e), m) for _, m, e in shown) == expected  # every event shown exactly once
+    for at, method, event in shown:
+        due = recorded_time(event) / speed
+        # Both ways: not before its time (beyond the frame that gathers it), and not after it.
+        assert abs(at - due) <= TOLERANCE_S + 1e-9, (
+            f"{method} event recorded at {recorded_time(event):.3f} s shown at {at:.3f} s of replay at speed "
+            f"{speed}: due at {due:.3f} s, {at / due if due else float('inf'):.2f}x its time")
+    length = max(lane.done.stats.seconds for lane in lanes.values()) / speed
+    assert length - TOLERANCE_S <= ended <= length + TOLERANCE_S + DRAW_S
+    gaps = [b - a for a, b in zip(frame_times, frame_times[1:])]
+    assert min(gaps) >= FRAME_S - 1e-9, "frames came faster than one per frame_s"
+
+
+def test_replay_rebuilds_the_race_at_its_true_relative_timings(raced, monkeypatch):
     moments = timeline(raced)
     assert [m[0] for m in moments] == sorted(m[0] for m in moments)
     assert sum(isinstance(m[2], DoneEvent) for m in moments) == 2
-    length = max(lane.done.stats.seconds for lane in raced.values())
-    speed = 0.5
-    started = time.perf_counter()
     seen = []
-    for frame in replay(raced, speed, threading.Event(), frame_s=0.02):
-        now = time.perf_counter() - started
-        # Nothing is shown before its time: each lane's clock, slowed by `speed`, has reached it.
-        for lane in frame.values():
-            if lane.events:
-                assert lane.events[-1].elapsed_s / speed <= now + 0.02 + 1e-3
+    clock = FakeClock()
+    monkeypatch.setattr(replay_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    for frame in replay(raced, 0.5, clock, frame_s=FRAME_S):
         seen.append({method: lane.tokens for method, lane in frame.items()})
-    assert time.perf_counter() - started >= length / speed - 0.02
     assert len(seen) > 3 and seen == sorted(seen, key=lambda tokens: sum(tokens.values()))
     for method, lane in frame.items():
         assert [t.id for t in lane.committed] == list(raced[method].done.token_ids)
         assert lane.done == raced[method].done
+    shown, _, _ = watch(raced, 0.5, "stop", monkeypatch)  # the real race's timings keep their pace too
+    for at, _, event in shown:
+        assert abs(at - recorded_time(event) / 0.5) <= TOLERANCE_S + 1e-9
 
 
 def test_stop_ends_a_replay_at_once(raced):
