@@ -12,10 +12,13 @@ from __future__ import annotations
 import gzip
 import json
 import platform
+import shlex
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
@@ -35,6 +38,9 @@ ALL_METHODS = list(HF_METHODS) + list(ENGINE_METHODS)
 SWEEP_GRID = {"gamma": [1, 2, 4, 6, 8], "window": [0, 4, 8, 12], "ngram": [3, 4, 5, 6], "branches": [0, 1, 2, 4],
               "lookup": [0, 8, 12, 16, 24], "max_trunk": [1, 4, 6, 8], "extend_above": [0.3, 0.4, 0.5, 1.0],
               "second_above": [0.05, 0.1, 0.2, 1.0], "draft_candidates": [0, 1, 2]}
+# The CPU features that decide how fast a CPU runs the models: the vector units and the matrix tiles.
+SPEED_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+               "amx_tile", "amx_bf16", "amx_int8")
 
 
 def humaneval_prompts(limit: int | None = None) -> list[dict]:
@@ -227,6 +233,38 @@ def machine_description(engine) -> str:
             f"{torch.get_num_threads()} threads")
 
 
+def provenance(engine) -> dict:
+    """Where a figure came from: the code (commit, and whether the tree had changes), when, on what CPU and
+    libraries, and the command that made it. Local facts only; nothing here touches the network."""
+    import torch
+    import transformers
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True,
+                                  text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    cpuinfo = Path("/proc/cpuinfo")
+    fields: dict[str, str] = {}
+    for line in (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []):
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first processor speaks for all
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    commit = git("rev-parse", "HEAD")
+    # `python -m ouroboros_core` leaves the package's __main__.py in argv[0]: record the command as typed.
+    argv = ["python3", "-m", "ouroboros_core", *sys.argv[1:]] if sys.argv[0].endswith("__main__.py") else sys.argv
+    return {"commit": commit, "dirty": bool(git("status", "--porcelain")) if commit else None,  # changes not in it
+            "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "cpu": fields.get("model name") or platform.processor() or platform.machine(),
+            "cpu_flags": [flag for flag in SPEED_FLAGS if flag in flags],
+            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "torch_threads": torch.get_num_threads(), "device": str(engine.target.device),
+            "dtype": str(engine.target.dtype).replace("torch.", ""), "command": shlex.join(argv)}
+
+
 def lossless_cell(row: dict) -> str:
     """yes, yes (N float ties), or NO (N mismatches): the verdicts of this method's outputs against greedy."""
     if row.get("mismatches") is None:
@@ -358,5 +396,5 @@ def cmd_bench(args) -> int:
         if args.chart:
             save_chart(report, args.chart)
     if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
+        args.out.write_text(json.dumps({"provenance": provenance(engine), **report}, indent=1))
     return 0
