@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Iterator
 
 import torch
@@ -256,16 +256,26 @@ class Engine:
         return output_verdict(self.target, self.encode(prompt), list(a), list(b), temperature, top_p, seed)
 
     def _verifiable(self, proposal: Proposal) -> Proposal:
-        """Nothing after an end-of-sequence token can be committed, so nothing after it is verified; a drafted
-        token the target has no embedding for ends the trunk before it (branches go with the cut)."""
+        """Nothing after an end-of-sequence token can be committed, so nothing after it is verified, on the trunk
+        or a branch (a trunk cut at one keeps the branches that hang before it); a drafted token the target has
+        no embedding for ends the trunk before it (branches go with the cut)."""
         unknown = self.draft_only
+        attach = proposal.branch_attach or [len(proposal.trunk)] * len(proposal.branches)
         for i, token in enumerate(proposal.trunk):
             if unknown is not None and token >= unknown:
                 return Proposal(proposal.trunk[:i], proposal.trunk_sources[:i])
             if token in self.eos:
-                return Proposal(proposal.trunk[: i + 1], proposal.trunk_sources[: i + 1])
+                kept = [k for k, at in enumerate(attach) if at <= i]
+                proposal = Proposal(proposal.trunk[: i + 1], proposal.trunk_sources[: i + 1],
+                                    [proposal.branches[k] for k in kept],
+                                    [proposal.branch_sources[k] for k in kept], [attach[k] for k in kept])
+                break
         if unknown is not None and any(token >= unknown for branch in proposal.branches for token in branch):
             return Proposal(proposal.trunk, proposal.trunk_sources)
+        ends = [next((j + 1 for j, token in enumerate(branch) if token in self.eos), len(branch))
+                for branch in proposal.branches]
+        if ends != [len(branch) for branch in proposal.branches]:
+            proposal = replace(proposal, branches=[branch[:end] for branch, end in zip(proposal.branches, ends)])
         return proposal
 
     @torch.inference_mode()  # no autograd bookkeeping in any op (no_grad still bumps version counters): ~8% of
