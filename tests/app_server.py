@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -18,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from pace import scaled
+
 ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT_S = 300  # loading and warming the pair takes ~30 s on two idle cores, minutes on two busy ones
+ARTIFACTS = ROOT / "tests" / "artifacts"  # kept after the run: .ci/run prints their tails when a test fails
+START_TIMEOUT_S = 300  # to the page on an idle machine, importing torch and gradio; stretched by the load
 
 
 def free_port() -> int:
@@ -35,7 +37,8 @@ class AppServer:
         """`python app.py` with the environment of the tests, plus extra_env (a Space's variables, say)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="app-", suffix=".log", delete=False)
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.log = open(ARTIFACTS / f"app-{self.port}.log", "w+")
         env = {**os.environ, "PORT": str(self.port), "OUROBOROS_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1",
                "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                **(extra_env or {})}
@@ -66,7 +69,8 @@ class AppServer:
 
     def wait_ready(self) -> None:
         """Until the page is served (the pair may still be loading behind it: a race waits for it)."""
-        deadline = time.monotonic() + START_TIMEOUT_S
+        limit = scaled(START_TIMEOUT_S)
+        deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 pytest.fail(f"app.py exited with {self.process.returncode} before serving:\n{self.log_text()}")
@@ -77,7 +81,7 @@ class AppServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.5)
-        pytest.fail(f"app.py did not answer on {self.url} within {START_TIMEOUT_S} s:\n{self.log_text()}")
+        pytest.fail(f"app.py did not answer on {self.url} within {limit:.0f} s:\n{self.log_text()}")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -87,8 +91,7 @@ class AppServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self.log.close()
-        Path(self.log.name).unlink(missing_ok=True)
+        self.log.close()  # the file stays in tests/artifacts/ for a failure to be read afterwards
 
 
 class RunningApp:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from app_server import app_server  # noqa: F401  (the fixture)
+from pace import scaled
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
@@ -23,8 +24,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 HOSTILE = "<script>window.__pwned = 1</script><b>bold?</b>\n"
 CODE_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
-# Generous: the suite shares two cores with a training job, and a starved page lags far behind its stream.
-RACE_TIMEOUT_MS = 180_000
+# A race and its page take seconds on an idle machine, 180 s covers a busy one, and the wait stretches further
+# with the load measured when the module starts (a starved page lags far behind its stream).
+RACE_TIMEOUT_MS = int(scaled(180) * 1000)
 TOKEN_CLASSES = {"tok-draft", "tok-pool", "tok-prompt", "tok-target"}
 # Watches the Ouroboros lane for struck-through rejected drafts, which stay on screen only for the step that
 # rejected them (the finished lane has none): window.__struck counts the lane updates that put one in the page,
