@@ -167,6 +167,26 @@ def test_the_embedded_pair_in_bfloat16_departs_only_at_float_ties():
                                          draft=place)
 
 
+def test_sampled_races_in_16_bits_part_only_at_rounding_boundaries():
+    """Sampled, the lanes may part where a position's draw lies within rounding of the edge between two tokens'
+    slices of the distribution; the verdict must call every such difference a rounding boundary, none a
+    mismatch, and a lane drawn with other draws a mismatch."""
+    from ouroboros_core.tools.bench import humaneval_prompts
+
+    engine = load_engine(device=DEVICE, dtype="bfloat16")
+    sampling = {"temperature": 0.8, "top_p": 0.95}
+    kinds = []
+    for item in humaneval_prompts(6):
+        for seed in (1, 2, 3):
+            vanilla, ouroboros = (engine.generate(item["prompt"], method, 40, seed=seed, **sampling).token_ids
+                                  for method in ("vanilla", "ouroboros"))
+            kinds.append(engine.verdict(item["prompt"], vanilla, ouroboros, seed=seed, **sampling).kind)
+        other = engine.generate(item["prompt"], "ouroboros", 40, seed=1000, **sampling).token_ids
+        if other != vanilla:
+            assert engine.verdict(item["prompt"], vanilla, other, seed=3, **sampling).kind == "mismatch"
+    assert set(kinds) <= {"identical", "rounding boundary"}, kinds
+
+
 # The embedded pair's preset names float32, so bfloat16 shows whether the app passed OUROBOROS_DTYPE on. Left
 # unset, OUROBOROS_DEVICE means CUDA where there is one, so on a GPU host the race also runs on the CPU: an app
 # that dropped the variable would compute on the GPU and fail.

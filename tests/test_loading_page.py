@@ -88,7 +88,7 @@ def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, s
 
 @pytest.fixture(scope="module")
 def failing_app():
-    server = started({"OUROBOROS_PRESET": "qwen-coder-7"})
+    server = started({"OUROBOROS_PRESET": "qwen-coder-7", "OUROBOROS_THREADS": "1"})
     yield server
     server.stop()
 
@@ -111,3 +111,4 @@ def test_a_pair_that_cannot_load_says_what_to_set_and_the_server_keeps_serving(b
     assert failing_app.process.poll() is None
     log = failing_app.log_text()
     assert "model pair failed to load: " + sentence in log and "Traceback" not in log
+    assert "torch threads: 1 (OUROBOROS_THREADS)" in log  # the start-up line says the count and its source
