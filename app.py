@@ -23,7 +23,7 @@ from ouroboros_core.cpu import set_torch_threads
 from ouroboros_core.race import Lane, race
 from ui.chart import chart_svg
 from ui.guard import (KNOBS, MAX_SEED, SAMPLING, UNEXPECTED, Limits, check_request, check_sampling,  # noqa: F401
-                      input_problems, refuse, shielded)  # (UNEXPECTED: tests)
+                      refuse, shielded, validate_race)  # (UNEXPECTED: tests)
 from ui.inspect import inspector_outputs, step_html
 from ui.loading import PairLoader, load_pair, visitor_engine
 from ui.page import EXAMPLES, KNOB_INFO, pair_description
@@ -134,22 +134,25 @@ WAITING = [gr.skip()] * 3  # the inspector's outputs while a race or replay stre
 @on_gpu
 @shielded
 def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed, with_speculative,
-            colour, warm_pool, request: gr.Request):
-    prompt, max_new_tokens, options = check_request(
-        prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
-    sampling = check_sampling(temperature, top_p, seed)
+            colour, warm_pool, request: gr.Request, armed: int | None = None):
+    """armed: the race's number from arm() when Run was pressed (its stop flag); None arms one now."""
     who = visitor(request)
     session = SESSIONS.get(who)
-    session["race"] = None  # a replay of the last race stops here
-    stop = session["stop"]  # cleared by arm_stop when Run was pressed; a Stop while queued stays set
-    methods = ["vanilla", "ouroboros"] + (["speculative"] if with_speculative else [])
-    pools = {}
-    if warm_pool:
-        if session.get("pool") is None:
-            session["pool"] = engine_for_visitor().new_pool(pool_size=SESSION_POOL_SIZE)
-        pools["ouroboros"] = session["pool"]
+    armed, stop = session["stops"].take(armed)  # set already if Stop came since the click
+    if stop is None:  # another Run came first: that race, not this one, takes the page
+        return
     updates = Latest(())
     try:
+        prompt, max_new_tokens, options = check_request(
+            prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
+        sampling = check_sampling(temperature, top_p, seed)
+        session["race"] = None  # a replay of the last race stops here
+        methods = ["vanilla", "ouroboros"] + (["speculative"] if with_speculative else [])
+        pools = {}
+        if warm_pool:
+            if session.get("pool") is None:
+                session["pool"] = engine_for_visitor().new_pool(pool_size=SESSION_POOL_SIZE)
+            pools["ouroboros"] = session["pool"]
         yield [gr.skip()] * 9 + inspector_outputs(None)
         updates = Latest(run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling))
         yield from streamed(updates, colour, WAITING)
@@ -159,6 +162,7 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
             session["race"] = (lanes, verdicts)
             yield render(lanes, colour, verdicts=verdicts) + inspector_outputs(lanes)
     finally:  # also when the page goes away mid-race: the lanes so far
+        session["stops"].release(armed)
         log_race(who, updates.value)
 
 
@@ -176,21 +180,26 @@ def await_pair():
 
 
 @shielded
-def replay_ui(speed, colour, request: gr.Request):
+def replay_ui(speed, colour, request: gr.Request, armed: int | None = None):
     """The session's last race again, from its recorded events, at its true relative timings times `speed`."""
     session = SESSIONS.get(visitor(request))
-    recorded = session.get("race")
-    if recorded is None:
-        raise refuse("Run a race first: Replay shows the last race again, at the speed you pick.")
-    if speed not in SPEEDS:
-        raise refuse(f"Replay speed must be one of {', '.join(SPEEDS)}, got {speed!r}.")
-    lanes, verdicts = recorded
-    frames = replay(lanes, SPEEDS[speed], session["stop"], TEXT_EVERY_S)
-    for out in streamed(frames, colour, WAITING):
-        if session.get("race") is not recorded:  # a new race has begun: it owns the lanes now
-            return
-        yield out
-    yield render(lanes, colour, verdicts=verdicts) + WAITING
+    armed, stop = session["stops"].take(armed)
+    if stop is None:
+        return
+    try:
+        recorded = session.get("race")
+        if recorded is None:
+            raise refuse("Run a race first: Replay shows the last race again, at the speed you pick.")
+        if speed not in SPEEDS:
+            raise refuse(f"Replay speed must be one of {', '.join(SPEEDS)}, got {speed!r}.")
+        lanes, verdicts = recorded
+        for out in streamed(replay(lanes, SPEEDS[speed], stop, TEXT_EVERY_S), colour, WAITING):
+            if session.get("race") is not recorded:  # a new race has begun, or Clear: the lanes are not ours
+                return
+            yield out
+        yield render(lanes, colour, verdicts=verdicts) + WAITING
+    finally:
+        session["stops"].release(armed)
 
 
 def inspect_step(number, request: gr.Request) -> str:
@@ -239,36 +248,32 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
         log_race("api", lanes)
 
 
-def validate_race(prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed,
-                  *flags) -> list[dict]:
-    """The page's inputs checked before the race is queued: a bad one gets its message beside it, once, and
-    the outputs are left alone (race_ui checks again, for every other caller)."""
-    knobs = {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}
-    sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
-    problems = input_problems(prompt, max_new_tokens, knobs, LIMITS, sampling) + [None] * len(flags)
-    return [gr.validate(problem is None, problem or "") for problem in problems]
-
-
 def visitor(request: gr.Request) -> str:
     return request.session_hash or "anonymous"
 
 
-def arm_stop(request: gr.Request):
-    """Runs at once when Run is pressed, before the race waits for the device: a Stop pressed from now
-    on, even while the race still waits in the queue, ends that race."""
-    SESSIONS.get(visitor(request))["stop"].clear()
+def arm(request: gr.Request) -> int:
+    """Runs at once when Run or Replay is pressed, before the race waits for the device: whatever this visitor
+    had running or queued stops within a step, and the new race gets a stop flag of its own, which a Stop
+    pressed from now on sets, even while the race still waits in the queue."""
+    return SESSIONS.get(visitor(request))["stops"].arm()
 
 
 def request_stop(request: gr.Request):
-    SESSIONS.get(visitor(request))["stop"].set()
+    SESSIONS.get(visitor(request))["stops"].stop_all()
 
 
 def forget_session(request: gr.Request):
     SESSIONS.drop(visitor(request))
 
 
-def clear():
-    return ["", "", "", "", "", "", chart_svg({}), "", "", gr.update(interactive=False), ""]
+def clear(request: gr.Request):
+    """Empty the page: whatever runs stops, and the last race is forgotten (Replay has nothing to show)."""
+    session = SESSIONS.get(visitor(request))
+    session["stops"].stop_all()
+    session["race"] = None
+    off = gr.update(interactive=False)
+    return ["", "", "", "", "", "", chart_svg({}), "", "", off, "", off]
 
 
 # ----------------------------------------------------------------------------------------------- layout
@@ -348,19 +353,22 @@ with gr.Blocks(title="Ouroboros race") as demo:
     outputs = lane_outputs + [chart, badge, summary]
     race_inputs = [prompt, max_new, gamma, window, ngram, branches, temperature, top_p, seed, speculative_lane, colour,
                    warm]
-    run.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
-        await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden").success(
-        race_ui, race_inputs, outputs + [step_slider, inspector, replay_button], concurrency_id="device",
-        concurrency_limit=1, api_visibility="private", validator=validate_race)
-    replay_button.click(arm_stop, None, None, concurrency_limit=None, api_visibility="private").then(
-        replay_ui, [replay_speed, colour], outputs + [step_slider, inspector, replay_button], concurrency_id="replay",
+    armed = gr.State(None)  # arm()'s number for the click's race. Every link "multiple": a Run is a new race
+    run.click(arm, None, armed, concurrency_limit=None, api_visibility="private", trigger_mode="multiple").then(
+        await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden",
+        trigger_mode="multiple").success(
+        race_ui, race_inputs + [armed], outputs + [step_slider, inspector, replay_button], concurrency_id="device",
+        concurrency_limit=1, api_visibility="private", validator=functools.partial(validate_race, LIMITS),
+        trigger_mode="multiple")
+    replay_button.click(arm, None, armed, concurrency_limit=None, api_visibility="private").then(
+        replay_ui, [replay_speed, colour, armed], outputs + [step_slider, inspector, replay_button], concurrency_id="replay",
         concurrency_limit=8, api_visibility="private")
     step_slider.change(inspect_step, step_slider, inspector, concurrency_limit=None, api_visibility="private",
                        show_progress="hidden")
     speculative_lane.change(lambda on: gr.update(visible=on), speculative_lane, lane_columns["speculative"],
                             api_visibility="private", show_progress="hidden")
     stop_button.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
-    clear_button.click(clear, None, outputs + [step_slider, inspector], api_visibility="private").then(
+    clear_button.click(clear, None, outputs + [step_slider, inspector, replay_button], api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
     loading_outputs = [load_status, pair, load_timer, gamma, window, ngram, branches]
     demo.load(loading_view, None, loading_outputs, api_visibility="private", show_progress="hidden")

@@ -12,6 +12,7 @@ import gradio as gr
 import pytest
 
 import app
+from ui.sessions import Stops
 from ouroboros_core.events import Source
 
 PROMPT = 'def count_words(text):\n    """Count the words in text."""\n'
@@ -56,10 +57,48 @@ def test_sessions_are_bounded_and_dropping_one_stops_its_race():
     items = {key: sessions.get(key) for key in "abcde"}
     assert len(sessions) == 3
     assert sessions.get("a") is not items["a"], "the least recently used visitor should have fallen out"
+    armed, flag = items["e"]["stops"].take(items["e"]["stops"].arm())
     sessions.drop("e")
-    assert items["e"]["stop"].is_set()
+    assert flag.is_set()
     assert len(sessions) == 2  # a came back in place of c; e is gone
     sessions.drop("nobody")  # unknown visitors are fine
+
+
+def test_a_run_stops_what_ran_before_and_a_stop_is_never_undone():
+    stops = Stops()
+    first = stops.arm()
+    _, first_flag = stops.take(first)
+    second = stops.arm()  # Run during the first race: it stops, the second goes on
+    assert first_flag.is_set()
+    _, second_flag = stops.take(second)
+    assert not second_flag.is_set()
+    assert stops.take(second) == (second, None), "a race is taken once"
+    stops.stop_all()  # Stop, then Run at once: the Stop still ends the race it was meant for
+    third = stops.arm()
+    assert second_flag.is_set()
+    fourth = stops.arm()  # two quick Runs: the race of the first click never starts
+    assert stops.take(third) == (third, None)
+    assert not stops.take(fourth)[1].is_set()
+    stops.stop_all()  # Stop while a race waits in the queue: it starts, and stops before its first step
+    fifth = stops.arm()
+    stops.stop_all()
+    assert stops.take(fifth)[1].is_set()
+    for number in (first, second, fourth, fifth):
+        stops.release(number)
+    assert len(stops) == 0, "finished races leave no flag behind"
+
+
+def test_a_second_run_ends_the_first_race_within_a_step():
+    """Run twice: the first race's flag is set by the second click, so it stops where it is."""
+    request = types.SimpleNamespace(session_hash="frank")
+    stops = app.SESSIONS.get("frank")["stops"]
+    first = stops.arm()
+    outputs = app.race_ui(PROMPT, 256, None, None, None, None, 0.0, 1.0, None, False, True, False, request, first)
+    next(outputs), next(outputs)  # the first race streams
+    stops.arm()  # the second click
+    final = list(outputs)[-1]
+    assert "Stopped" in final[7], final[7]  # the badge
+    assert len(stops) == 1, "the stopped race let its flag go; the second click's is waiting"
 
 
 def test_session_pools_are_capped():

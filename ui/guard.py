@@ -137,3 +137,13 @@ def shielded(handler):
             log.exception("request failed")
             raise gr.Error(UNEXPECTED) from None
     return wrapper
+
+
+def validate_race(limits: Limits, prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed,
+                  *flags) -> list[dict]:
+    """The page's inputs checked before the race is queued: a bad one gets its message beside it, once, and
+    the outputs are left alone (race_ui checks again, for every other caller)."""
+    knobs = {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}
+    sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
+    problems = input_problems(prompt, max_new_tokens, knobs, limits, sampling) + [None] * len(flags)
+    return [gr.validate(problem is None, problem or "") for problem in problems]

@@ -1,0 +1,81 @@
+"""Every click answers, in Chromium: Run during a race restarts it with the new prompt, Stop then Run at once
+never loses the Stop, and Clear forgets the race so Replay has nothing to bring back."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from app_server import app_server  # noqa: F401  (the fixture)
+from test_browser import (CODE_PROMPT, browser, context, finished_badge, page, set_max_new_tokens,  # noqa: F401
+                          start_race)
+
+sync_api = pytest.importorskip("playwright.sync_api")
+OTHER_PROMPT = 'def count_words(text):\n    """Count the words in text."""\n'
+RACE_LINE = re.compile(r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ouroboros (\d+) tokens (\S+)")
+
+
+def click_at(page, box) -> None:
+    """A raw click at a spot measured beforehand: it goes in as input even while the page is busy rendering."""
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+
+def boxes(page, *selectors):
+    return [page.locator(selector).bounding_box() for selector in selectors]
+
+
+def races_logged(app_server, since: int) -> list[tuple]:  # noqa: F811
+    """(visitor, vanilla tokens, how vanilla ended) of each page race the server logged after `since` lines."""
+    lines = app_server.log_text().splitlines()[since:]
+    return [(m[1], int(m[2]), m[3]) for m in map(RACE_LINE.search, lines) if m and m[1] != "api"]
+
+
+def log_length(app_server) -> int:  # noqa: F811
+    return len(app_server.log_text().splitlines())
+
+
+def test_run_during_a_race_restarts_it_with_the_new_prompt(page, app_server):  # noqa: F811
+    run, = boxes(page, "#run")
+    start_race(page, CODE_PROMPT, 512)
+    page.locator("#lane-ouroboros .cursor").wait_for()  # the first race streams
+    page.locator("#prompt textarea").fill(OTHER_PROMPT)
+    set_max_new_tokens(page, 8)
+    click_at(page, run)
+    sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical outputs: 8 tokens")
+    first = [race for race in races_logged(app_server, 0) if race[1] != 8]
+    assert first and first[-1][1] < 512 and first[-1][2] == "cancelled", first  # stopped, not run out
+    assert page.errors == []
+
+
+def test_stop_then_run_at_once_never_loses_the_stop(page, app_server):  # noqa: F811
+    run, stop = boxes(page, "#run", "#stop")
+    start_race(page, CODE_PROMPT, 512)
+    page.locator("#lane-ouroboros .cursor").wait_for()
+    since = log_length(app_server)
+    click_at(page, stop)
+    click_at(page, run)  # within a few milliseconds of the Stop
+    deadline = time.monotonic() + 120
+    while len(races_logged(app_server, since)) < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    first = races_logged(app_server, since)
+    assert first and first[0][2] == "cancelled" and first[0][1] < 512, first  # the Stop ended the old race
+    page.locator("#lane-ouroboros .cursor").wait_for()  # and the new one runs
+    click_at(page, stop)
+    assert "Stopped" in finished_badge(page)
+    while len(races_logged(app_server, since)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [how for _, _, how in races_logged(app_server, since)] == ["cancelled", "cancelled"]
+    assert page.errors == []
+
+
+def test_clear_forgets_the_race_so_replay_has_nothing_to_bring_back(page):
+    start_race(page, CODE_PROMPT, 8)
+    finished_badge(page)
+    replay = page.locator("#replay")
+    sync_api.expect(replay).to_be_enabled()
+    page.locator("#clear").click()
+    sync_api.expect(replay).to_be_disabled()
+    sync_api.expect(page.locator("#lane-vanilla .prose")).to_have_text("")
+    assert page.errors == []
