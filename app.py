@@ -375,7 +375,9 @@ with gr.Blocks(title="Ouroboros race") as demo:
     load_timer.tick(loading_view, None, loading_outputs, api_visibility="private", show_progress="hidden",
                     queue=False)
     demo.unload(forget_session)
-    gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
+    api = gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
+    # Checked when the call arrives, as the page's Run is: a bad call is refused at once, not after the queue.
+    demo.fns[api["id"]].validator = functools.partial(validate_race, LIMITS)
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ from unittest import mock
 import httpx
 import pytest
 from gradio_client import Client
-from gradio_client.exceptions import AppError
+from gradio_client.exceptions import AppError, ValidationError
 
 import app
 from app_server import app_server, free_port  # noqa: F401  (app_server: the fixture)
@@ -74,7 +74,7 @@ def assert_names_range(message: str, label: str, low: int, high: int) -> None:
 
 
 def refusal(client, prompt, max_new_tokens, **knobs) -> str:
-    with pytest.raises(AppError) as error:
+    with pytest.raises((AppError, ValidationError)) as error:
         race(client, prompt, max_new_tokens, **knobs)
     message = str(error.value)
     for mark in TRACEBACK_MARKS:
@@ -87,13 +87,18 @@ def raw_race(url: str, prompt, max_new_tokens, **knobs) -> tuple[str, object, st
     surrogates): the body is ASCII JSON with escapes, built here. Returns (last event, its data, the whole stream).
 
     POST gradio_api/call/race {"data": [...]} -> {"event_id"}; GET gradio_api/call/race/{event_id} streams SSE
-    "event: generating|complete|error|heartbeat" / "data: <json>" pairs. The raw route wants every input.
+    "event: generating|complete|error|heartbeat" / "data: <json>" pairs. The raw route wants every input. A call
+    the app's checks refuse is answered at once, before any queue: 422 with each parameter's verdict, returned
+    here as an "error" event whose data is the refused parameters' messages.
     """
     sampling = {"temperature": 0.0, "top_p": 1.0, "seed": None, **{k: v for k, v in knobs.items() if k in SAMPLING}}
     data = [prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER), *sampling.values()]
     body = json.dumps({"data": data}, ensure_ascii=True, allow_nan=True)
     with httpx.Client(timeout=RACE_TIMEOUT_S) as http:
         posted = http.post(f"{url}gradio_api/call/race", content=body, headers={"Content-Type": "application/json"})
+        if posted.status_code == 422:
+            refused = [item["message"] for item in posted.json()["detail"] if not item["is_valid"]]
+            return "error", " ".join(refused), posted.text
         assert posted.status_code == 200, posted.text
         event_id = posted.json()["event_id"]
         stream, event, payload = [], None, None
@@ -147,7 +152,7 @@ def test_an_expected_refusal_is_one_log_line_without_a_traceback(client, app_ser
     def new_lines() -> str:
         return "\n".join(line for line in app_server.log_text().splitlines() if line not in before)
 
-    with pytest.raises(AppError, match="Prompt is empty"):
+    with pytest.raises(ValidationError, match="Prompt is empty"):
         race(client, "   ", 8)
     deadline = time.monotonic() + 10
     while "refused: Prompt is empty" not in new_lines() and time.monotonic() < deadline:

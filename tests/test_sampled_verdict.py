@@ -33,6 +33,19 @@ def test_a_draw_within_rounding_of_a_slice_edge_may_pick_either_token_and_a_far_
     assert not drawable(scores.float(), [0, 1], 1.0, 1.0, 0.5, torch.float32), "float32 rounding excuses nothing"
 
 
+def test_the_rounding_allowed_is_two_steps_of_each_score_and_no_more():
+    """Token 0's slice ends latest when its score rounds two steps up and the others' two steps down: a draw
+    just inside that edge may pick it, one just outside may not (a wider allowance would excuse real bugs)."""
+    scores = three_tokens(0.5, 0.3).to(torch.bfloat16)
+    steps = [2 * rounding_step(torch.bfloat16, abs(float(score))) for score in scores]
+    up = torch.tensor([float(scores[0]) + steps[0], float(scores[1]) - steps[1], float(scores[2]) - steps[2]],
+                      dtype=torch.float64)
+    latest_end = float(torch.softmax(up, dim=0)[0])
+    assert 0.5 < latest_end < 0.52  # two steps of scores near -0.7 to -1.6 move the edge by under 0.01
+    assert drawable(scores, [0], 1.0, 1.0, latest_end - 1e-4, torch.bfloat16)
+    assert not drawable(scores, [0], 1.0, 1.0, latest_end + 1e-4, torch.bfloat16)
+
+
 def test_the_nucleus_edge_counts_a_token_kept_in_some_rounding_only():
     scores = three_tokens(0.6, 0.3).to(torch.bfloat16)  # top_p 0.6: token 1 is just outside the nucleus
     assert drawable(scores, [1], 1.0, 0.6, 0.99, torch.bfloat16)  # kept in some rounding, then at the top
