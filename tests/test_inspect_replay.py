@@ -53,6 +53,21 @@ def test_the_inspector_draws_the_tree_the_walk_and_the_timings():
     assert chips(html, "unwalked") == ["q"] and chips(html, "own") == ["z"]
 
 
+def test_a_branch_on_an_empty_trunk_follows_the_text_so_far():
+    """With nothing drafted (lookup alone proposed), the branch hangs after the text, not after a trunk."""
+    x = tok(4, "x", Source.PROMPT)
+    step = StepEvent(index=0, drafted=(x,), branches=((x,),), accepted=(x,), rejected=(),
+                     target_token=tok(7, "z", Source.TARGET), draft_ms=0.1, verify_ms=9.0, elapsed_s=0.01,
+                     trunk=(), attach=(0,), trunk_accepted=0, branch=0)
+    lane = Lane("ouroboros")
+    lane.apply(step)
+    html = step_html(lane, 1)
+    rows = re.findall(r"<tr class=\"([^\"]+)\"><th>([^<]+)</th><td>([^<]+)</td><td>([^<]+)</td>", html)
+    assert rows == [("trunk", "trunk", "-", "the text so far"),
+                    ("branch walked", "branch 1 (walked)", "prompt lookup", "the text so far")]
+    assert "whole trunk" not in html and "nothing drafted" in html
+
+
 @pytest.fixture(scope="module")
 def raced():
     engine = load_engine(device="cpu")

@@ -128,3 +128,13 @@ def test_a_text_that_starts_with_a_newline_keeps_it_in_both_lanes():
     for colour in (False, True):
         assert lane_html(lane, colour).startswith('<pre class="lane-text">\n'), colour
     assert lane_html(lane, False).startswith('<pre class="lane-text">\n\nx')
+
+
+def test_the_token_axis_covers_every_count_in_whole_steps():
+    """For 11 or 12 tokens a 2.5 step left whole ticks 0, 5, 10 and the traces ran above the chart's top."""
+    for count in range(1, 600):
+        for most in (4, 5):
+            ticks = nice_ticks(count, most, whole=True)
+            assert ticks[-1] >= count and all(tick == int(tick) for tick in ticks), (count, ticks)
+            assert len(ticks) <= most + 1, (count, ticks)
+    assert nice_ticks(12, 5, whole=True) == [0, 5, 10, 15]

@@ -16,13 +16,16 @@ COLOURS = {"vanilla": "#7f8c8d", "ouroboros": "#e8710a", "speculative": "#1a73e8
 NAMES = {"vanilla": "Vanilla", "ouroboros": "Ouroboros", "speculative": "Speculative"}
 
 
-def nice_ticks(high: float, most: int = 5) -> list[float]:
-    """Round values from 0 up to at least `high`, at most `most` + 1 of them, evenly spaced (1, 2, 2.5, 5 x 10^k)."""
+def nice_ticks(high: float, most: int = 5, whole: bool = False) -> list[float]:
+    """Round values from 0 up to at least `high`, at most `most` + 1 of them, evenly spaced (1, 2, 2.5, 5 x 10^k;
+    whole: whole numbers only, so steps of 1, 2, 5 x 10^k and never below 1)."""
     if high <= 0:
         return [0.0, 1.0]
     raw = high / most
     power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    multiples = (1, 2, 5, 10) if whole else (1, 2, 2.5, 5, 10)
+    step = next(m * power for m in multiples if m * power >= raw)
+    step = max(step, 1) if whole else step
     count = math.ceil(high / step - 1e-9)
     return [round(i * step, 10) for i in range(count + 1)]
 
@@ -40,8 +43,7 @@ def drawing(lanes: dict[str, Lane], kind: str) -> str:
     width, height, most = SIZES[kind]
     traces = {method: lane.trace for method, lane in lanes.items()}
     x_ticks = nice_ticks(max((t for trace in traces.values() for t, _ in trace), default=0.0), most)
-    y_ticks = nice_ticks(max((n for trace in traces.values() for _, n in trace), default=0), most)
-    y_ticks = [tick for tick in y_ticks if tick == int(tick)] or [0, 1]  # tokens are whole
+    y_ticks = nice_ticks(max((n for trace in traces.values() for _, n in trace), default=0), most, whole=True)
     x_high, y_high = x_ticks[-1], y_ticks[-1]
     plot_w, plot_h = width - LEFT - RIGHT, height - TOP - BOTTOM
 

@@ -52,7 +52,8 @@ def branch_rows(step: StepEvent) -> list[str]:
         else:
             chips = [chip(t, "unwalked") for t in branch]
             name = f"branch {b + 1}"
-        where = "the whole trunk" if at == len(step.trunk) else f"trunk token {at}" if at else "the text so far"
+        # An empty trunk has no "whole": a branch hanging there follows the text so far.
+        where = "the text so far" if at == 0 else "the whole trunk" if at == len(step.trunk) else f"trunk token {at}"
         rows.append(f'<tr class="branch{" walked" if b == step.branch else ""}"><th>{name}</th>'
                     f'<td>{sources_of(branch)}</td><td>{where}</td><td>{"".join(chips)}</td></tr>')
     return rows
