@@ -127,6 +127,7 @@ def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
 # ----------------------------------------------------------------------------------------------- handlers
 
 TEXT_EVERY_S = 0.06  # streamed text ~16 times a second
+LOAD_EVERY_S = 0.5  # the loading status and Run's wait for the pair, twice a second
 CHART_EVERY_S = 0.5  # the chart ~2 times a second: a slow browser keeps up
 WAITING = [gr.skip()] * 3  # the inspector's outputs while a race or replay streams
 
@@ -164,9 +165,6 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
     finally:  # also when the page goes away mid-race: the lanes so far
         session["stops"].release(armed)
         log_race(who, updates.value)
-
-
-LOAD_EVERY_S = 0.5
 
 
 @shielded
@@ -375,9 +373,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
     load_timer.tick(loading_view, None, loading_outputs, api_visibility="private", show_progress="hidden",
                     queue=False)
     demo.unload(forget_session)
-    api = gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
-    # Checked when the call arrives, as the page's Run is: a bad call is refused at once, not after the queue.
-    demo.fns[api["id"]].validator = functools.partial(validate_race, LIMITS)
+    gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
 
 
 def main() -> None:

@@ -152,7 +152,7 @@ def test_an_expected_refusal_is_one_log_line_without_a_traceback(client, app_ser
     def new_lines() -> str:
         return "\n".join(line for line in app_server.log_text().splitlines() if line not in before)
 
-    with pytest.raises(ValidationError, match="Prompt is empty"):
+    with pytest.raises(AppError, match="Prompt is empty"):
         race(client, "   ", 8)
     deadline = time.monotonic() + 10
     while "refused: Prompt is empty" not in new_lines() and time.monotonic() < deadline:
