@@ -3,6 +3,9 @@ stand-in HfApi. The rehearsal's slow part (a fresh venv, the app started) runs i
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import httpx2
 import huggingface_hub.constants
 import pytest
@@ -10,7 +13,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 from huggingface_hub.errors import HfHubHTTPError
 
 from ouroboros_core.tools import space
-from ouroboros_core.tools.space_files import (SPACE_GITATTRIBUTES, front_matter_problems, git_files, lfs_rules,
+from ouroboros_core.tools.space_files import (MAX_PLAIN_BYTES, SPACE_GITATTRIBUTES, front_matter_problems, git_files, lfs_rules,
                                               storage_problems, stored_in_lfs, upload_set, upload_set_problems)
 from ouroboros_core.tools.space_rehearsal import (app_environment, lay_out, log_problems, log_tracebacks,
                                                   race_problems)
@@ -251,3 +254,17 @@ def test_the_race_check_wants_identical_lanes_and_the_log_no_traceback():
            "ValueError: Invalid file descriptor: -1\n")
     assert log_problems(log) == ["the app's log holds a traceback: RuntimeError: `spaces` package is required"]
     assert log_tracebacks(log)[1] == ["ValueError: Invalid file descriptor: -1"]  # ignored by Python: a note only
+
+
+def test_this_repositorys_gitattributes_stores_every_large_or_binary_file_through_lfs():
+    """A plain push to a Space is refused for a file over 10 MB (or a binary) outside LFS: the repository's own
+    .gitattributes holds the Hub's patterns, the same the deploy writes."""
+    root = Path(__file__).resolve().parent.parent
+    text = (root / ".gitattributes").read_text()
+    assert [line for line in text.splitlines() if not line.startswith("#")] == SPACE_GITATTRIBUTES.splitlines()
+    rules = lfs_rules(text)
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    large = [name for name in tracked.decode().split("\0")
+             if name and (root / name).is_file() and (root / name).stat().st_size > MAX_PLAIN_BYTES]
+    assert "assets/models/target/model.safetensors" in large
+    assert [name for name in large if not stored_in_lfs(name, rules)] == []

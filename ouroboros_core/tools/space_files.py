@@ -25,9 +25,8 @@ SPACE_COLOURS = ("red", "yellow", "green", "blue", "indigo", "purple", "pink", "
 MAX_SHORT_DESCRIPTION = 60
 
 # The Space's .gitattributes: the list the Hub gives every new repository, and images, since the Hub also refuses
-# binary files of any size outside LFS/Xet. It lives here, not in this repository's own .gitattributes: this
-# repository stores its binaries as plain git objects, and LFS patterns over them would make a clone on a machine
-# with git-lfs report them as modified ("should have been pointers") and turn them into pointers on commit.
+# binary files of any size outside LFS/Xet. This repository's own .gitattributes holds the same patterns (a test
+# keeps them equal); the deploy writes them, so a Space gets them even from a checkout that changed its own.
 LFS = "filter=lfs diff=lfs merge=lfs -text"
 LFS_PATTERNS = ("*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gz", "*.h5", "*.joblib", "*.lfs.*",
                 "*.mlmodel", "*.model", "*.msgpack", "*.npy", "*.npz", "*.onnx", "*.ot", "*.parquet", "*.pb",
