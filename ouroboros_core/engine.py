@@ -260,11 +260,11 @@ class Engine:
         or a branch (a trunk cut at one keeps the branches that hang before it); a drafted token the target has
         no embedding for ends the trunk before it (branches go with the cut)."""
         unknown = self.draft_only
-        attach = proposal.branch_attach or [len(proposal.trunk)] * len(proposal.branches)
         for i, token in enumerate(proposal.trunk):
             if unknown is not None and token >= unknown:
                 return Proposal(proposal.trunk[:i], proposal.trunk_sources[:i])
             if token in self.eos:
+                attach = proposal.branch_attach or [len(proposal.trunk)] * len(proposal.branches)
                 kept = [k for k, at in enumerate(attach) if at <= i]
                 proposal = Proposal(proposal.trunk[: i + 1], proposal.trunk_sources[: i + 1],
                                     [proposal.branches[k] for k in kept],
@@ -272,10 +272,10 @@ class Engine:
                 break
         if unknown is not None and any(token >= unknown for branch in proposal.branches for token in branch):
             return Proposal(proposal.trunk, proposal.trunk_sources)
-        ends = [next((j + 1 for j, token in enumerate(branch) if token in self.eos), len(branch))
-                for branch in proposal.branches]
-        if ends != [len(branch) for branch in proposal.branches]:
-            proposal = replace(proposal, branches=[branch[:end] for branch, end in zip(proposal.branches, ends)])
+        if any(token in self.eos for branch in proposal.branches for token in branch):
+            cut = [branch[: next((j + 1 for j, token in enumerate(branch) if token in self.eos), len(branch))]
+                   for branch in proposal.branches]
+            proposal = replace(proposal, branches=cut)
         return proposal
 
     @torch.inference_mode()  # no autograd bookkeeping in any op (no_grad still bumps version counters): ~8% of

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .verify import input_device
+from .verify import input_device, nucleus
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 # The check's own forward (prompt and common prefix in one pass) has a third shape, so its scores may sit one
@@ -110,11 +110,7 @@ def drawable(scores: torch.Tensor, tokens: list[int], temperature: float, top_p:
 
 def slice_distance(scores: torch.Tensor, token: int, temperature: float, top_p: float, draw: float) -> float:
     """How far `draw` lies outside `token`'s slice of the cumulative distribution in this forward (0 inside)."""
-    probs = torch.softmax(scores.double() / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(descending=True)
-        sorted_probs = sorted_probs.masked_fill(sorted_probs.cumsum(0) - sorted_probs >= top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+    probs = nucleus(torch.softmax(scores.double() / temperature, dim=-1), top_p)
     probs = probs / probs.sum()
     end = float(probs[: token + 1].sum())
     return max(0.0, end - float(probs[token]) - draw, draw - end)

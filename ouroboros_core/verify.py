@@ -73,19 +73,23 @@ def position_uniform(seed: int, position: int) -> float:
     return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
 
 
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """probs (..., V) with every token outside the top-p nucleus at 0: the smallest prefix of the sorted
+    tokens whose mass reaches top_p is kept (the first token always stays). Not renormalised."""
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    sorted_probs = sorted_probs.masked_fill(sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p, 0.0)
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+
+
 def target_tokens(logits: torch.Tensor, temperature: float, top_p: float, seed: int | None,
                   positions: list[int]) -> list[int]:
     """The target's token at each row of logits (n, V): argmax when greedy, else a sample by inverting the
     distribution's cumulative sum at position_uniform(seed, position of that row's token)."""
     if temperature == 0.0:
         return logits.argmax(dim=-1).tolist()
-    probs = torch.softmax(logits.double() / temperature, dim=-1).cpu()
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    probs = nucleus(torch.softmax(logits.double() / temperature, dim=-1).cpu(), top_p)
     cumulative = probs.cumsum(dim=-1)
     draws = torch.tensor([position_uniform(seed, p) for p in positions], dtype=torch.float64)
     # The first token whose cumulative mass passes the draw; a zero-probability token never does.
