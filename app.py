@@ -18,17 +18,18 @@ from pathlib import Path
 import gradio as gr
 
 from ouroboros_core import ConfigError, OuroborosConfig, OutputVerdict
-from ouroboros_core.config import SpeculativeConfig
 from ouroboros_core.cpu import set_torch_threads
 from ouroboros_core.race import Lane, race
 from ui.chart import chart_svg
-from ui.guard import (KNOBS, MAX_SEED, SAMPLING, UNEXPECTED, Limits, check_request, check_sampling,  # noqa: F401
-                      refuse, shielded, validate_race)  # (UNEXPECTED: tests)
-from ui.inspect import inspector_outputs, step_html
+from ui.frames import TEXT_EVERY_S, render, streamed
+from ui.calibration import Calibration
+from ui.guard import (KNOBS, SAMPLING, UNEXPECTED, Limits, check_request, check_sampling, race_validator,  # noqa: F401
+                      refuse, room_line, shielded)  # (UNEXPECTED: tests)
+from ui.inspect import inspector_outputs, step_view
 from ui.loading import PairLoader, load_pair, visitor_engine
 from ui.page import EXAMPLES, KNOB_INFO, pair_description
-from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, badge_html, lane_parts, race_log_line, summary_html
-from ui.replay import SPEEDS, replay
+from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, prompt_tail, race_log_line, sampling_line
+from ui.replay import CHOICES, replay, speed_for
 from ui.sessions import Sessions
 from ui.threads import DeviceThread, Latest, quiet_when_idle
 
@@ -42,6 +43,7 @@ DEFAULTS = OuroborosConfig()
 log = logging.getLogger("ouroboros.app")
 
 SESSIONS = Sessions()
+CALIBRATION = Calibration()  # step costs from the warm-up and finished races: what a race's "expected" uses
 
 try:  # every Space installs `spaces`; only a ZeroGPU one says so in its config
     import spaces
@@ -57,7 +59,8 @@ def on_gpu(fn):
 
 
 DEVICE = DeviceThread(inline=ZERO_GPU)
-LOADER = PairLoader(functools.partial(load_pair, warm_up=not ZERO_GPU, check_memory=not ZERO_GPU), DEVICE.submit)
+LOADER = PairLoader(functools.partial(load_pair, warm_up=not ZERO_GPU, check_memory=not ZERO_GPU,
+                                      calibration=CALIBRATION), DEVICE.submit)
 
 
 def get_engine():
@@ -96,29 +99,6 @@ def race_verdicts(prompt: str, lanes: dict[str, Lane], sampling: dict) -> dict[s
             for method, lane in lanes.items() if method != "vanilla"}
 
 
-def speculative_gamma() -> int:
-    return {**asdict(SpeculativeConfig()), **get_engine().defaults.get("speculative", {})}["gamma"]
-
-
-def render(lanes: dict[str, Lane], colour: bool, chart: bool = True, verdicts: dict | None = None):
-    """The outputs' new values; chart=False leaves the chart as it is (it is the costly one to redraw)."""
-    out = [part for method in ("vanilla", "ouroboros", "speculative") for part in lane_parts(lanes, method, colour)]
-    return out + [chart_svg(lanes) if chart else gr.skip(), badge_html(lanes, verdicts),
-                  summary_html(lanes, speculative_gamma())]
-
-
-def streamed(updates: Iterator[dict[str, Lane]], colour: bool, extra: list) -> Iterator[list]:
-    """Render a stream of lanes ~16 times a second and the chart ~2 times (a slow browser keeps up), each
-    frame followed by `extra`."""
-    last_text = last_chart = 0.0
-    for lanes in updates:
-        now = time.perf_counter()
-        if now - last_text >= TEXT_EVERY_S:
-            chart = now - last_chart >= CHART_EVERY_S
-            last_text, last_chart = now, now if chart else last_chart
-            yield render(lanes, colour, chart) + extra
-
-
 def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
     if lanes:
         log.info("race %s: %s", who[:8], race_log_line(lanes))
@@ -126,10 +106,10 @@ def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
 
 # ----------------------------------------------------------------------------------------------- handlers
 
-TEXT_EVERY_S = 0.06  # streamed text ~16 times a second
 LOAD_EVERY_S = 0.5  # the loading status and Run's wait for the pair, twice a second
-CHART_EVERY_S = 0.5  # the chart ~2 times a second: a slow browser keeps up
-WAITING = [gr.skip()] * 3  # the inspector's outputs while a race or replay streams
+WAITING = [gr.skip()] * 4  # the inspector's outputs and the race's status while a race or replay streams
+RUNNING = ('<div class="race-running">Racing: Stop ends it; Run again restarts it with the prompt as it is '
+           "now.</div>")
 
 
 @on_gpu
@@ -147,6 +127,7 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
         prompt, max_new_tokens, options = check_request(
             prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
         sampling = check_sampling(temperature, top_p, seed)
+        context = prompt_tail(prompt)
         session["race"] = None  # a replay of the last race stops here
         methods = ["vanilla", "ouroboros"] + (["speculative"] if with_speculative else [])
         pools = {}
@@ -154,14 +135,17 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
             if session.get("pool") is None:
                 session["pool"] = engine_for_visitor().new_pool(pool_size=SESSION_POOL_SIZE)
             pools["ouroboros"] = session["pool"]
-        yield [gr.skip()] * 9 + inspector_outputs(None)
+        # At once, before the first step: the lanes open on the prompt's last line, with the racing line.
+        yield render({method: Lane(method) for method in methods}, colour, False, context=context) + inspector_outputs(
+            None) + [RUNNING]
         updates = Latest(run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling))
-        yield from streamed(updates, colour, WAITING)
+        yield from streamed(updates, colour, WAITING, context)
         lanes = updates.value
         if lanes is not None:
-            verdicts = race_verdicts(prompt, lanes, sampling)
-            session["race"] = (lanes, verdicts)
-            yield render(lanes, colour, verdicts=verdicts) + inspector_outputs(lanes)
+            final = {"verdicts": race_verdicts(prompt, lanes, sampling), "costs": CALIBRATION.take(lanes),
+                     "sampling": sampling_line(sampling, drawn=seed is None)}
+            session["race"] = (lanes, final, context)
+            yield render(lanes, colour, final=final, context=context) + inspector_outputs(lanes) + [""]
     finally:  # also when the page goes away mid-race: the lanes so far
         session["stops"].release(armed)
         log_race(who, updates.value)
@@ -188,23 +172,26 @@ def replay_ui(speed, colour, request: gr.Request, armed: int | None = None):
         recorded = session.get("race")
         if recorded is None:
             raise refuse("Run a race first: Replay shows the last race again, at the speed you pick.")
-        if speed not in SPEEDS:
-            raise refuse(f"Replay speed must be one of {', '.join(SPEEDS)}, got {speed!r}.")
-        lanes, verdicts = recorded
-        for out in streamed(replay(lanes, SPEEDS[speed], stop, TEXT_EVERY_S), colour, WAITING):
+        lanes, final, context = recorded
+        try:
+            speed = speed_for(speed, lanes)
+        except ValueError as err:
+            raise refuse(str(err)) from None
+        for out in streamed(replay(lanes, speed, stop, TEXT_EVERY_S), colour, WAITING, context):
             if session.get("race") is not recorded:  # a new race has begun, or Clear: the lanes are not ours
                 return
             yield out
-        yield render(lanes, colour, verdicts=verdicts) + WAITING
+        yield render(lanes, colour, final=final, context=context) + WAITING
     finally:
         session["stops"].release(armed)
 
 
 def inspect_step(number, request: gr.Request) -> str:
+    """The inspector for the slider's value as sent (the listener skips Gradio's own bounds check)."""
     recorded = SESSIONS.get(visitor(request)).get("race")
     if recorded is None or "ouroboros" not in recorded[0]:
         return ""
-    return step_html(recorded[0]["ouroboros"], number or 1)
+    return step_view(recorded[0]["ouroboros"], number)
 
 
 API_EVERY_S = 0.25
@@ -238,6 +225,7 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
         for method, lane in lanes.items():  # the engine's step events, as the CLI's --events prints them
             final[method]["steps"] = [event.to_dict() for event in lane.events]
         verdict = race_verdicts(prompt, lanes, sampling).get("ouroboros")
+        CALIBRATION.add(lanes)
         final["ouroboros"]["verdict"] = verdict.to_dict() if verdict else None
         for lane in final.values():
             lane["sampling"] = sampling or None
@@ -271,7 +259,7 @@ def clear(request: gr.Request):
     session["stops"].stop_all()
     session["race"] = None
     off = gr.update(interactive=False)
-    return ["", "", "", "", "", "", chart_svg({}), "", "", off, "", off]
+    return ["", "", "", "", "", "", chart_svg({}), "", "", off, "", off, ""]
 
 
 # ----------------------------------------------------------------------------------------------- layout
@@ -287,12 +275,13 @@ def knob_values() -> list[int]:
     return [settings[name] for name in KNOBS]
 
 
-def loading_view() -> list:
+def loading_view(text: str = "", length: int = 128) -> list:
     """On page load and on each tick while the pair loads: its status, the pair's line, whether to keep
-    ticking, and the knobs once the pair (and so its own settings) is ready."""
+    ticking, the knobs once the pair (and so its own settings) is ready, and the prompt's size in tokens."""
     ready = LOADER.finished and LOADER.error is None
     knobs = knob_values() if ready else [gr.skip()] * len(KNOBS)
-    return [LOADER.status_html(), pair_line(), gr.Timer(active=not LOADER.finished)] + knobs
+    return [LOADER.status_html(), pair_line(), gr.Timer(active=not LOADER.finished)] + knobs + [
+        room_line(LOADER.engine, text, length)]
 
 
 with gr.Blocks(title="Ouroboros race") as demo:
@@ -303,8 +292,9 @@ with gr.Blocks(title="Ouroboros race") as demo:
     load_status = gr.HTML("", elem_id="load-status")
     load_timer = gr.Timer(LOAD_EVERY_S, active=False)
     with gr.Row():
-        prompt = gr.Textbox(EXAMPLES[0]["prompt"], label="Prompt", lines=8, max_lines=30, scale=3, elem_id="prompt",
-                            max_length=LIMITS.max_prompt_chars)
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(EXAMPLES[0]["prompt"], label="Prompt", lines=8, max_lines=30, elem_id="prompt")
+            room = gr.HTML(elem_id="prompt-room")  # its length in tokens against what the model can read
         with gr.Column(scale=1, min_width=260):
             max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(EXAMPLES[0]["max_new_tokens"], MAX_NEW_TOKENS), step=1,
                                 label="Max new tokens")
@@ -327,9 +317,12 @@ with gr.Blocks(title="Ouroboros race") as demo:
                                     info="0: greedy. Above 0 both lanes sample, and still write the same text")
             top_p = gr.Slider(*SAMPLING["top_p"][:2], value=1.0, step=0.05, label="Top-p",
                               info="sample from the smallest set of tokens holding this much probability")
-            seed = gr.Number(0, label="Seed", precision=0, minimum=0, maximum=MAX_SEED, elem_id="seed",
-                             info="each position's draw comes from the seed and the position alone")
-    gr.HTML(LEGEND)
+            seed = gr.Number(0, label="Seed", elem_id="seed",  # no bounds here: the validator says what is wrong
+                             info="each position's draw comes from the seed and the position alone; empty: a new one "
+                                  "each race, shown after it")
+    with gr.Row(elem_id="race-top", equal_height=True):  # where Run scrolls the page to (assets/lanes.js)
+        gr.HTML(LEGEND, scale=3)
+        race_status = gr.HTML(elem_id="race-status", scale=2)  # queued (Gradio's tracker: its place) or racing
     lane_outputs, lane_columns = [], {}
     with gr.Row(elem_id="lanes"):
         for method in ("vanilla", "ouroboros", "speculative"):
@@ -339,8 +332,9 @@ with gr.Blocks(title="Ouroboros race") as demo:
             lane_columns[method] = column
     badge = gr.HTML(elem_id="badge")
     with gr.Row(elem_id="replay-row"):
-        replay_speed = gr.Radio(list(SPEEDS), value="1/4", label="Replay speed", elem_id="replay-speed", scale=2)
+        replay_speed = gr.Radio(CHOICES, value=CHOICES[0], label="Replay speed", elem_id="replay-speed", scale=2)
         replay_button = gr.Button("Replay the last race", interactive=False, elem_id="replay", scale=1)
+        stop_near = gr.Button("Stop", elem_id="stop-near", scale=0, min_width=90)  # in reach once Run scrolled
     chart = gr.HTML(chart_svg({}), elem_id="chart")
     summary = gr.HTML(elem_id="summary")
     with gr.Accordion("Step inspector: what the target verified in one forward", open=True, elem_id="inspector"):
@@ -355,25 +349,31 @@ with gr.Blocks(title="Ouroboros race") as demo:
     run.click(arm, None, armed, concurrency_limit=None, api_visibility="private", trigger_mode="multiple").then(
         await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden",
         trigger_mode="multiple").success(
-        race_ui, race_inputs + [armed], outputs + [step_slider, inspector, replay_button], concurrency_id="device",
-        concurrency_limit=1, api_visibility="private", validator=functools.partial(validate_race, LIMITS),
-        trigger_mode="multiple")
+        race_ui, race_inputs + [armed], outputs + [step_slider, inspector, replay_button, race_status], concurrency_id="device",
+        concurrency_limit=1, api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
+        trigger_mode="multiple", show_progress_on=[race_status], show_progress="minimal").then(
+        lambda: "", None, race_status, api_visibility="private", show_progress="hidden")  # also after a refusal
     replay_button.click(arm, None, armed, concurrency_limit=None, api_visibility="private").then(
-        replay_ui, [replay_speed, colour, armed], outputs + [step_slider, inspector, replay_button], concurrency_id="replay",
-        concurrency_limit=8, api_visibility="private")
+        replay_ui, [replay_speed, colour, armed], outputs + [step_slider, inspector, replay_button, race_status], concurrency_id="replay",
+        concurrency_limit=8, api_visibility="private", show_progress="hidden")
     step_slider.change(inspect_step, step_slider, inspector, concurrency_limit=None, api_visibility="private",
-                       show_progress="hidden")
+                       show_progress="hidden", preprocess=False)
     speculative_lane.change(lambda on: gr.update(visible=on), speculative_lane, lane_columns["speculative"],
                             api_visibility="private", show_progress="hidden")
-    stop_button.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
-    clear_button.click(clear, None, outputs + [step_slider, inspector, replay_button], api_visibility="private").then(
+    for stopper in (stop_button, stop_near):
+        stopper.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
+    clear_button.click(clear, None, outputs + [step_slider, inspector, replay_button, race_status], api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
-    loading_outputs = [load_status, pair, load_timer, gamma, window, ngram, branches]
-    demo.load(loading_view, None, loading_outputs, api_visibility="private", show_progress="hidden")
-    load_timer.tick(loading_view, None, loading_outputs, api_visibility="private", show_progress="hidden",
+    loading_outputs = [load_status, pair, load_timer, gamma, window, ngram, branches, room]
+    demo.load(loading_view, [prompt, max_new], loading_outputs, api_visibility="private", show_progress="hidden")
+    load_timer.tick(loading_view, [prompt, max_new], loading_outputs, api_visibility="private", show_progress="hidden",
                     queue=False)
     demo.unload(forget_session)
-    gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
+    api = gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
+    demo.fns[api["id"]].validator = race_validator(LIMITS, lambda: LOADER.engine)  # refused before the queue
+    for changed in (prompt.change, max_new.change):  # the prompt's size in tokens, as the visitor types
+        changed(lambda text, length: room_line(LOADER.engine, text, length), [prompt, max_new], room, queue=False,
+                api_visibility="private", show_progress="hidden", trigger_mode="always_last")
 
 
 def main() -> None:

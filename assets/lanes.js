@@ -32,8 +32,24 @@
   };
 
   const restart = () => { for (const id of Object.keys(following)) delete following[id]; };
+  // Run brings the race into view: the legend at the top, then both lanes with their live figures and the
+  // badge under them. If the Run is refused instead, its message (beside the input it names) comes into view.
+  const REFUSAL_WATCH_MS = 4000;
+  const showRace = () => {
+    const top = document.getElementById('race-top');
+    if (top) top.scrollIntoView({block: 'start'});
+    const until = Date.now() + REFUSAL_WATCH_MS;
+    const look = () => {
+      const refused = document.querySelector('div.validation-error');
+      if (refused) refused.scrollIntoView({block: 'center'});
+      else if (Date.now() < until) setTimeout(look, 100);
+    };
+    setTimeout(look, 100);
+  };
   document.addEventListener('click', event => {
-    if (event.target instanceof Element && event.target.closest('#run, #replay')) restart();
+    if (!(event.target instanceof Element)) return;
+    if (event.target.closest('#run, #replay')) restart();
+    if (event.target.closest('#run, #replay, #replay-again')) showRace();
   }, true);
 
   new MutationObserver(records => {

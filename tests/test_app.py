@@ -11,7 +11,7 @@ import re
 import time
 
 import pytest
-from gradio_client.exceptions import AppError
+from gradio_client.exceptions import AppError, ValidationError
 
 from app_server import app_server  # noqa: F401  (the fixture)
 
@@ -89,7 +89,8 @@ def test_race_respects_one_token(client):
     ("", 16, "prompt is empty"),
     ("   \n\t ", 16, "prompt is empty"),
     (None, 16, "prompt is empty"),
-    ("x" * 8001, 16, "8,000"),
+    ("x" * 32001, 16, "32,000"),
+    ("def f():\n" * 1000, 128, "leaves room for 1,920"),  # fits the character cap, not the context
     (CODE_PROMPT, 0, "max new tokens"),
     (CODE_PROMPT, -5, "max new tokens"),
     (CODE_PROMPT, 10**9, "max new tokens"),
@@ -98,10 +99,10 @@ def test_race_respects_one_token(client):
     (CODE_PROMPT, None, "max new tokens"),
     (CODE_PROMPT, "inf", "max new tokens"),
     (CODE_PROMPT, "nan", "max new tokens"),
-], ids=["empty", "blank", "none-prompt", "prompt-too-long", "zero", "negative", "huge", "fractional",
-        "not-a-number", "none-tokens", "infinite", "nan"])
+], ids=["empty", "blank", "none-prompt", "prompt-too-long", "prompt-over-context", "zero", "negative", "huge",
+        "fractional", "not-a-number", "none-tokens", "infinite", "nan"])
 def test_bad_input_gets_a_clear_error(client, prompt, max_new_tokens, expected):
-    with pytest.raises(AppError) as error:
+    with pytest.raises(ValidationError) as error:
         race(client, prompt, max_new_tokens)
     assert expected in str(error.value).lower()
     assert_serving(client)
@@ -110,7 +111,7 @@ def test_bad_input_gets_a_clear_error(client, prompt, max_new_tokens, expected):
 def test_prompt_longer_than_the_context_is_refused(client):
     # Well under the character cap, but one token per CJK character overflows any small model's context.
     prompt = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(7900))
-    with pytest.raises(AppError) as error:
+    with pytest.raises(ValidationError) as error:
         race(client, prompt, 256)
     message = str(error.value).lower()
     assert "prompt" in message and "tokens" in message and "context" in message
@@ -170,7 +171,7 @@ def test_a_sampled_race_is_identical_repeats_with_its_seed_and_differs_from_gree
     (-0.1, 1.0, 1, "Temperature must be a number from 0 to 2"), (0.8, 0.0, 1, "Top-p must be a number from 0.05 to 1"),
     (0.8, 1.0, -1, "Seed must be a whole number from 0 to 2147483647"), (0.8, 1.0, 1.5, "Seed must be a whole number")])
 def test_bad_sampling_settings_get_a_clear_error(client, temperature, top_p, seed, expected):
-    with pytest.raises(AppError, match=expected):
+    with pytest.raises(ValidationError, match=expected):
         client.predict(CODE_PROMPT, 8, None, None, None, None, temperature, top_p, seed, api_name="/race")
 
 
@@ -186,3 +187,24 @@ def test_the_idle_app_uses_under_one_percent_of_a_core(app_server):  # noqa: F81
     after, wall = server.cpu_times(), time.monotonic() - started
     used = (after.user + after.system - before.user - before.system) / wall
     assert used < 0.01, f"idle server used {used:.1%} of a core"
+
+
+def test_a_bad_call_is_refused_at_once_while_a_race_holds_the_device(client):
+    """Calls are checked when they arrive, not when the device frees: with a 128-token race running, an empty
+    prompt is refused within 2 s (stretched by the measured load), naming the parameter."""
+    from pace import scaled
+
+    job = client.submit(CODE_PROMPT, 128, api_name="/race")
+    deadline = time.monotonic() + 120
+    while not job.outputs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.outputs() and not job.done(), "the race should hold the device while the bad call arrives"
+    for args, message in ((("",), "prompt: Prompt is empty"),
+                          ((["def f():"], 8), "prompt: Prompt must be text (a string), got list"),
+                          ((CODE_PROMPT, 8, None, None, None, None, 0.8, 1.0, 1.5), "seed: Seed must be a whole number")):
+        started = time.perf_counter()
+        with pytest.raises(ValidationError, match=re.escape(message)):
+            client.predict(*args, api_name="/race")
+        assert time.perf_counter() - started < scaled(2.0)
+    assert not job.done(), "refused at once, not after the race"
+    job.cancel()

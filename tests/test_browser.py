@@ -252,9 +252,9 @@ def test_stop_ends_a_long_race_and_the_page_runs_again(page):
     # On a busy machine the page lags far behind the stream it renders, and every locator step waits its turn
     # on the page's main thread: by the time a locator-driven click lands the race is over. A raw mouse click
     # at a spot measured beforehand goes in as input, as a visitor's would.
-    stop = page.locator("#stop").bounding_box()
     start_race(page, CODE_PROMPT, 512)
     page.locator("#lane-ouroboros .cursor").wait_for()  # the run is streaming, so it is under way on the server
+    stop = page.locator("#stop-near").bounding_box()  # Run scrolled the race into view, with this Stop beside it
     page.mouse.click(stop["x"] + stop["width"] / 2, stop["y"] + stop["height"] / 2)
     badge = finished_badge(page)
 
@@ -277,7 +277,7 @@ def test_stop_while_waiting_in_the_queue_is_not_lost(page, app_server):  # noqa:
     events confirms it, and a race that started first fails the test rather than skipping it."""
     page.locator("#prompt textarea").fill(CODE_PROMPT)
     set_max_new_tokens(page, 512)
-    run, stop = (page.locator(selector).bounding_box() for selector in ("#run", "#stop"))
+    run = page.locator("#run").bounding_box()
     client = app_server.client()
     busy = [client.submit(CODE_PROMPT, 512, api_name="/race") for _ in range(8)]
     deadline = time.monotonic() + 60
@@ -291,9 +291,10 @@ def test_stop_while_waiting_in_the_queue_is_not_lost(page, app_server):  # noqa:
         time.sleep(0.05)
     event_ids = {}
     # Stop only once the race itself has joined the queue (after whatever Run does first).
-    for name, button, joined in (("race", run, is_race_join), ("stop", stop, is_join)):
+    for name, button, joined in (("race", "#run", is_race_join), ("stop", "#stop-near", is_join)):
+        box = run if name == "race" else page.locator(button).bounding_box()  # Run scrolled to the race's Stop
         with page.expect_response(lambda response: joined(response.request)) as response:
-            page.mouse.click(button["x"] + button["width"] / 2, button["y"] + button["height"] / 2)
+            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         event_ids[name] = response.value.json()["event_id"]
     page.wait_for_function("id => window.__queue_messages.some(([msg, event]) => msg === 'process_completed' "
                            "&& event === id)", arg=event_ids["stop"])

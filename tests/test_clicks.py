@@ -45,12 +45,13 @@ def log_length(app_server) -> int:  # noqa: F811
 
 
 def test_run_during_a_race_restarts_it_with_the_new_prompt(page, app_server):  # noqa: F811
-    run, = boxes(page, "#run")
     since = log_length(app_server)
     start_race(page, CODE_PROMPT, 512)
     page.locator("#lane-ouroboros .cursor").wait_for()  # the first race streams
+    page.evaluate("window.scrollTo(0, 0)")  # back up to the prompt, as a visitor would, to change it
     page.locator("#prompt textarea").fill(OTHER_PROMPT)
     set_max_new_tokens(page, 8)
+    run, = boxes(page, "#run")
     click_at(page, run)
     sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical outputs: 8 tokens")
     races = races_logged(app_server, since)  # the first ended before the second began
@@ -60,9 +61,10 @@ def test_run_during_a_race_restarts_it_with_the_new_prompt(page, app_server):  #
 
 
 def test_stop_then_run_at_once_never_loses_the_stop(page, app_server):  # noqa: F811
-    run, stop = boxes(page, "#run", "#stop")
     start_race(page, CODE_PROMPT, 512)
     page.locator("#lane-ouroboros .cursor").wait_for()
+    page.evaluate("window.scrollTo(0, 0)")  # Run and Stop side by side again, as a visitor scrolled back up
+    run, stop = boxes(page, "#run", "#stop")
     since = log_length(app_server)
     click_at(page, stop)
     click_at(page, run)  # within a few milliseconds of the Stop
@@ -72,7 +74,7 @@ def test_stop_then_run_at_once_never_loses_the_stop(page, app_server):  # noqa: 
     first = races_logged(app_server, since)
     assert first and first[0][2] == "cancelled" and first[0][1] < 512, first  # the Stop ended the old race
     page.locator("#lane-ouroboros .cursor").wait_for()  # and the new one runs
-    click_at(page, stop)
+    click_at(page, *boxes(page, "#stop-near"))  # Run scrolled the race into view, with this Stop beside it
     assert "Stopped" in finished_badge(page)
     while len(races_logged(app_server, since)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -15,7 +15,7 @@ from ouroboros_core import load_engine
 from ouroboros_core.events import DoneEvent, Source, Stats, StepEvent, Token
 from ouroboros_core.race import Lane, race
 from ui.inspect import best_step, step_html
-from ui.replay import SPEEDS, replay, timeline
+from ui.replay import CHOICES, FIT_S, SPEEDS, replay, speed_for, timeline
 
 
 def tok(i, text, source):
@@ -217,3 +217,17 @@ def test_stats_survive_the_round_trip():
     lane.apply(DoneEvent((1, 4, 7), "axz", stats, "max_new_tokens"))
     again = next(f for f in replay({"ouroboros": lane}, 100.0, None) if f["ouroboros"].done)
     assert again["ouroboros"].done.stats == stats and again["ouroboros"].tokens == 3
+
+
+def test_fit_to_ten_seconds_plays_any_race_in_ten_seconds(monkeypatch):
+    """The page's first replay choice: whatever the race's length, the replay lasts FIT_S seconds at its true
+    relative timings (the other choices keep their fixed speeds)."""
+    lanes = timed_lanes()
+    length = max(lane.done.stats.seconds for lane in lanes.values())
+    speed = speed_for(CHOICES[0], lanes)
+    assert speed == pytest.approx(length / FIT_S)
+    _, _, ended = watch(lanes, speed, "stop", monkeypatch)
+    assert FIT_S - TOLERANCE_S <= ended <= FIT_S + TOLERANCE_S + DRAW_S
+    assert [speed_for(choice, lanes) for choice in SPEEDS] == list(SPEEDS.values())
+    with pytest.raises(ValueError, match="Replay speed must be one of fit to 10 s, 1x, 1/4, 1/10, got '2x'"):
+        speed_for("2x", lanes)

@@ -8,7 +8,9 @@ import re
 from ouroboros_core.events import DoneEvent, Source, Stats, StepEvent, Token
 from ouroboros_core.race import Lane
 from ui.chart import chart_svg, nice_ticks
-from ui.render import badge_html, lane_html, lane_parts, lane_stats, race_log_line, summary_html
+from ui.calibration import Calibration, StepCosts
+from ui.render import (LIVE_MIN_TOKENS, badge_html, lane_html, lane_parts, lane_stats, prompt_tail, race_log_line,
+                       sampling_line, summary_html)
 
 
 def step(index, accepted, target, rejected=(), elapsed=0.1):
@@ -88,16 +90,31 @@ def test_badge_names_identical_differing_and_stopped_races():
     assert badge_html(running) == "" and summary_html(running) == ""
 
 
-def test_summary_table_with_expected_beside_measured_and_the_chart():
+def test_summary_table_with_forwards_measured_and_expected_and_the_chart():
     lanes = race_lanes()
-    table = summary_html(lanes)
+    # Step costs measured apart from this race (warm-up, earlier races): an Ouroboros step cost 3x a vanilla one.
+    costs = StepCosts({"vanilla": 100.0, "ouroboros": 300.0}, races=4)
+    table = summary_html(lanes, costs)
     rows = re.findall(r"<tr>(.*?)</tr>", table)
-    cells = [re.findall(r"<t[dh]>(.*?)</t[dh]>", row) for row in rows]
-    assert cells[0] == ["lane", "speedup", "expected", "tok/s", "seconds", "tokens", "tokens/forward", "accepted"]
-    assert cells[1] == ["Vanilla (target alone)", "1.00x", "-", "10.0", "0.30", "3", "1.00", "-"]
-    # Ouroboros: 3 tokens in its one forward, a step costing 0.1 s like vanilla's: 3.00x expected.
-    assert cells[2] == ["Ouroboros", "3.00x", "3.00x", "30.0", "0.10", "3", "3.00", "67%"]
-    assert "3.00 tokens per target forward ÷ a step costing 1.00x a vanilla step" in table
+    cells = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row) for row in rows]
+    assert cells[0] == ["lane", "target forwards", "tokens/forward", "speedup (clock)", "expected", "tok/s", "seconds",
+                        "tokens", "accepted"]
+    assert cells[1] == ["Vanilla (target alone)", "3", "1.00", "1.00x", "-", "10.0", "0.30", "3", "-"]
+    # This race's own step cost the same as a vanilla step (0.1 s), so it measured 3.00x; at the calibrated
+    # costs its 3 tokens per forward predict 1.00x. The two differ, and the note says which step costs did it.
+    assert cells[2] == ["Ouroboros", "1", "3.00", "3.00x", "1.00x", "30.0", "0.10", "3", "67%"]
+    assert ("measured 3.00x; expected 1.00x = 3.00 tokens per target forward ÷ a step costing 3.00x a vanilla step "
+            "(300.0 ms against 100.0 ms, medians over the warm-up and 3 earlier races). In this race a step "
+            "cost 1.00x a vanilla one (100.0 ms against 100.0 ms)") in table
+    # The forward count, which no machine noise moves, is the lanes' own target_forwards.
+    assert "Target forwards: vanilla 3, Ouroboros 1 (<b>3.00x fewer</b>)" in table
+    assert '<td data-label="target forwards">1</td>' in table  # the phone's cards name each figure
+    # Where the tokens came from, every source named, a zero too (the pool's colour is rare by default).
+    assert ("Ouroboros</b>'s 3 tokens: 1 by the draft model, 1 by lookup, 0 from pool phrases, 1 the "
+            "target&#x27;s own.") in table
+    uncalibrated = summary_html(lanes, None)
+    assert "no earlier race of this lane on this server" in uncalibrated and "<td data-label=\"expected\">-</td>" \
+        in uncalibrated
     svg = chart_svg(lanes)
     assert svg.count("<svg") == 2  # the wide drawing and the phone's
     points = re.findall(r'data-lane="ouroboros" points="([^"]*)"', svg)
@@ -138,3 +155,57 @@ def test_the_token_axis_covers_every_count_in_whole_steps():
             assert ticks[-1] >= count and all(tick == int(tick) for tick in ticks), (count, ticks)
             assert len(ticks) <= most + 1, (count, ticks)
     assert nice_ticks(12, 5, whole=True) == [0, 5, 10, 15]
+
+
+def streaming_lanes(ouroboros_tokens: int, vanilla_tokens: int, ouroboros_done: bool = False):
+    """A race in progress: each lane one token a step, Ouroboros 0.01 s a step and vanilla 0.03 s."""
+    lanes = {"vanilla": Lane("vanilla"), "ouroboros": Lane("ouroboros")}
+    for method, n, dt in (("vanilla", vanilla_tokens, 0.03), ("ouroboros", ouroboros_tokens, 0.01)):
+        for i in range(n):
+            lanes[method].apply(step(i, (), tok(i, "x"), elapsed=dt * (i + 1)))
+    if ouroboros_done:
+        lanes["ouroboros"].apply(done(tuple(range(ouroboros_tokens)), "x" * ouroboros_tokens, 0.01 * ouroboros_tokens,
+                                      ouroboros_tokens))
+    return lanes
+
+
+def test_the_live_speedup_waits_for_enough_tokens_and_a_finished_lane_figure_holds_still():
+    early = streaming_lanes(LIVE_MIN_TOKENS - 1, LIVE_MIN_TOKENS + 5)
+    assert f"speedup after {LIVE_MIN_TOKENS} tokens" in lane_stats(early["ouroboros"], early["vanilla"])
+    assert "x</b> vanilla" not in lane_stats(early["ouroboros"], early["vanilla"])
+    running = streaming_lanes(LIVE_MIN_TOKENS, LIVE_MIN_TOKENS)
+    assert "<b>3.00x</b> vanilla" in lane_stats(running["ouroboros"], running["vanilla"])
+    # Ouroboros finished while vanilla runs on: its line stays the same whatever vanilla does meanwhile.
+    lines = {lane_stats(streaming_lanes(40, n, ouroboros_done=True)["ouroboros"],
+                        streaming_lanes(40, n, ouroboros_done=True)["vanilla"]) for n in (20, 25, 33)}
+    assert len(lines) == 1 and "speedup when vanilla finishes" in lines.pop()
+    # The forward count is on every lane, vanilla's too.
+    assert f"· {LIVE_MIN_TOKENS} target forwards</div>" in lane_stats(running["vanilla"], None)
+
+
+def test_each_lane_starts_with_the_prompt_last_line_dimmed():
+    assert prompt_tail("import os\n\ndef f(x):\n    ") == "def f(x):\n    "
+    assert prompt_tail("def f():\n    return 1\n") == "    return 1\n"
+    assert prompt_tail("x") == "x"
+    lane = race_lanes()["ouroboros"]
+    text = lane_html(lane, True, "def <f>():\n")
+    assert text.startswith('<pre class="lane-text">\n<span class="prompt-tail" title="the end of the prompt">def '
+                           '&lt;f&gt;():\n</span><span class="tok tok-prompt">')
+
+
+def test_a_sampled_race_names_its_seed_and_says_when_it_was_drawn():
+    sampling = {"temperature": 0.8, "top_p": 0.95, "seed": 1234}
+    assert "temperature 0.8, top-p 0.95, seed 1234." in sampling_line(sampling)
+    drawn = sampling_line(sampling, drawn=True)
+    assert "seed 1234 (drawn for this race: type it in Seed to run it again)" in drawn
+    assert sampling_line({}) == "" and sampling_line(None) == ""
+
+
+def test_calibration_medians_come_from_races_before_this_one():
+    calibration = Calibration(window=3)
+    assert calibration.take(race_lanes()) is None  # nothing measured before the first race
+    costs = calibration.costs()
+    assert costs.races == 1 and costs.step_ms == {"vanilla": 100.0, "ouroboros": 100.0}
+    assert costs.ratio("ouroboros") == 1.0 and costs.ratio("speculative") is None
+    calibration.add(race_lanes(reason="cancelled"))  # a stopped race is not a measurement
+    assert calibration.costs().races == 1

@@ -128,7 +128,9 @@ def test_an_unexpected_error_becomes_a_short_message_and_is_logged(monkeypatch, 
 
 
 def test_the_chart_redraws_at_most_twice_a_second(monkeypatch):
-    monkeypatch.setattr(app, "TEXT_EVERY_S", 0.0)  # every step streams text
+    from ui import frames
+
+    monkeypatch.setattr(frames, "TEXT_EVERY_S", 0.0)  # every step streams text
     request = types.SimpleNamespace(session_hash="erin")
     stamps, redraws = [], []
     for out in app.race_ui(PROMPT, 48, None, None, None, None, 0.0, 1.0, None, False, True, False, request):
@@ -137,4 +139,4 @@ def test_the_chart_redraws_at_most_twice_a_second(monkeypatch):
     assert len(stamps) > sum(redraws) >= 2, "some updates should leave the chart alone"
     assert redraws[-1], "the last update draws the finished chart"
     times = [t for t, redraw in zip(stamps[:-1], redraws[:-1]) if redraw]
-    assert all(b - a >= app.CHART_EVERY_S * 0.9 for a, b in zip(times, times[1:])), times
+    assert all(b - a >= frames.CHART_EVERY_S * 0.9 for a, b in zip(times, times[1:])), times

@@ -52,7 +52,7 @@ def test_first_ten_seconds(page, size):
     """A prompt is in place, Run works at once, the examples are labelled by what they show."""
     prompt = page.locator("#prompt textarea").input_value()
     assert prompt.startswith("import os") and "def list_python_files" in prompt
-    examples = page.get_by_role("button", name=re.compile("Free-form code: a modest speedup"))
+    examples = page.get_by_role("button", name=re.compile("Free-form code: the draft model writes most of it"))
     assert examples.count() == 1
     if size == "laptop":  # in view without scrolling, beside the prompt's Run button
         assert examples.bounding_box()["y"] + examples.bounding_box()["height"] <= 900
@@ -72,10 +72,9 @@ def test_lanes_follow_their_text_until_the_viewer_scrolls_up(page, size):
     vanilla, ouroboros = (page.evaluate(BOX, lane) for lane in ("lane-vanilla", "lane-ouroboros"))
     for box in (vanilla, ouroboros):
         assert box["height"] - box["scroll"] - box["client"] <= 30, box  # at the bottom: following
-    if size == "laptop":  # side by side, aligned while running
-        assert abs(vanilla["top"] - ouroboros["top"]) <= 2 and vanilla["width"] == ouroboros["width"]
-    else:  # stacked, one full width above the other
-        assert ouroboros["top"] > vanilla["top"] + 100 and abs(vanilla["left"] - ouroboros["left"]) <= 2
+    # Side by side at both sizes (a phone too: stacked lanes no longer read as a race), aligned while running.
+    assert abs(vanilla["top"] - ouroboros["top"]) <= 2 and vanilla["width"] == ouroboros["width"]
+    assert vanilla["left"] + vanilla["width"] <= ouroboros["left"]
     # The viewer scrolls the vanilla lane (the slower one, still running) up: it stays where they left it.
     page.locator("#lane-vanilla .lane-text").evaluate("box => { box.scrollTop = 0; }")
     page.wait_for_timeout(300)
@@ -155,8 +154,9 @@ def test_phone_and_laptop_layout_never_wrap_a_number_and_chart_labels_never_over
     # Table cells keep to one line (a character-per-line table had cells hundreds of pixels tall).
     heights = page.locator("#summary td").evaluate_all("cells => cells.map(c => c.getBoundingClientRect().height)")
     assert heights and max(heights) < 40, heights
-    assert "expected" in page.locator("#summary th").all_inner_texts()
-    assert page.locator("#summary .why li").count() == 2  # Ouroboros and speculative explained
+    assert "expected" in page.locator("#summary th").all_text_contents()  # (a phone shows cards, no header row)
+    # Ouroboros and speculative each: where its tokens came from, and its expected speedup explained.
+    assert page.locator("#summary .why li").count() == 4
     # The visible drawing of the chart: tick labels apart on both axes.
     labels = page.locator("#chart svg.race-chart:visible text.tick").evaluate_all(
         "labels => labels.map(t => { const r = t.getBoundingClientRect();"
@@ -180,8 +180,6 @@ def test_a_bad_input_gets_one_message_that_goes_away(page, size):
     start_race(page, CODE_PROMPT, 8)
     assert "Identical" in finished_badge(page)
     sync_api.expect(message).to_have_count(0)
-    # Text over the limit never gets in: the box takes at most its maximum, typed or pasted.
-    limit = int(page.locator("#prompt textarea").get_attribute("maxlength"))
-    page.locator("#prompt textarea").fill("x" * (limit + 500))
-    assert len(page.locator("#prompt textarea").input_value()) == limit
+    # Nothing typed or pasted is cut (test_in_view: a 20,000-character paste is kept and refused in tokens).
+    assert page.locator("#prompt textarea").get_attribute("maxlength") is None
     assert page.errors == []

@@ -27,13 +27,14 @@ log = logging.getLogger("ouroboros.app")
 @dataclass(frozen=True)
 class Limits:
     max_new_tokens: int = 512  # the most tokens a visitor may ask for
-    max_prompt_chars: int = 8000
+    # A cap on what is read at all; the model's context is the real limit, checked in tokens (fit_problem).
+    max_prompt_chars: int = 32000
 
     @classmethod
     def from_env(cls) -> "Limits":
         """The host's limits (a Space's variables); nothing on the page can change them."""
         return cls(int(os.environ.get("OUROBOROS_MAX_NEW_TOKENS", "512")),
-                   int(os.environ.get("OUROBOROS_MAX_PROMPT_CHARS", "8000")))
+                   int(os.environ.get("OUROBOROS_MAX_PROMPT_CHARS", "32000")))
 
 
 def refuse(message: str) -> gr.Error:
@@ -98,6 +99,40 @@ def check_sampling(temperature, top_p, seed) -> dict:
             "seed": secrets.randbelow(MAX_SEED + 1) if seed is None else seed}
 
 
+def prompt_tokens(engine, prompt) -> int | None:
+    """How many tokens the loaded pair reads `prompt` as; None when that cannot be said here (no pair yet, or a
+    prompt the engine refuses with its own message when the race starts)."""
+    if engine is None or not isinstance(prompt, str) or not prompt.strip():
+        return None
+    try:
+        return len(engine.encode(prompt))
+    except Exception:  # noqa: BLE001  (a lone surrogate, a tokenizer busy in another thread: the race says why)
+        return None
+
+
+def fit_problem(engine, prompt, max_new_tokens) -> str | None:
+    """The page's sentence when the prompt and the new tokens do not fit in the model's context, else None."""
+    used = prompt_tokens(engine, prompt)
+    if used is None or not isinstance(max_new_tokens, (int, float)):
+        return None
+    room = engine.max_context - int(max_new_tokens)
+    if used <= room:
+        return None
+    return (f"Prompt is {used:,} tokens; with {int(max_new_tokens):,} new tokens the model's {engine.max_context:,}-"
+            f"token context leaves room for {max(room, 0):,}. Shorten the prompt or ask for fewer new tokens.")
+
+
+def room_line(engine, prompt, max_new_tokens) -> str:
+    """Under the prompt box, as the visitor types: how many tokens it is, and how many the model can take at the
+    chosen length."""
+    if engine is None:
+        return "The prompt's limit in tokens shows once the model pair has loaded."
+    room = engine.max_context - int(max_new_tokens or 0)
+    used = prompt_tokens(engine, prompt) or 0
+    over = " — too long: Run will say so, nothing is cut" if used > room else ""
+    return f"{used:,} of the {max(room, 0):,} tokens the model can read with {int(max_new_tokens or 0):,} new tokens{over}."
+
+
 def check_request(prompt, max_new_tokens, knobs: dict | None, limits: Limits) -> tuple[str, int, dict]:
     """The prompt, max new tokens and the Ouroboros options of a request, or a gr.Error naming the limit."""
     prompt = check_prompt(prompt, limits.max_prompt_chars)
@@ -142,10 +177,25 @@ def shielded(handler):
 
 
 def validate_race(limits: Limits, prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed,
-                  *flags) -> list[dict]:
-    """The page's inputs checked before the race is queued: a bad one gets its message beside it, once, and
-    the outputs are left alone (race_ui checks again, for every other caller)."""
+                  *flags, engine=None) -> list[dict]:
+    """The inputs of a race checked before it is queued: a bad one gets its message beside it, once, and the
+    outputs are left alone (the race checks again, for every other caller). engine: the loaded pair, if any,
+    to check that the prompt fits its context in tokens."""
     knobs = {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}
     sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
     problems = input_problems(prompt, max_new_tokens, knobs, limits, sampling) + [None] * len(flags)
+    if problems[0] is None and problems[1] is None:
+        problems[0] = fit_problem(engine, prompt, max_new_tokens)
+        if problems[0]:
+            log.info("refused: %s", problems[0])
     return [gr.validate(problem is None, problem or "") for problem in problems]
+
+
+def race_validator(limits: Limits, engine=lambda: None):
+    """validate_race as Gradio's validator for an endpoint (engine: returns the loaded pair or None). Async on
+    purpose: Gradio checks the queue's size, awaits the validator, then queues the call; an async validator runs
+    on the event loop with no pause between those, so a burst cannot overfill the queue (a plain function runs
+    in a worker thread, and every call of a burst passes the size check before any is queued)."""
+    async def validate(*inputs):
+        return validate_race(limits, *inputs, engine=engine())
+    return validate

@@ -5,6 +5,7 @@ the rejected tail and the target's own token, with the step's draft and verify m
 from __future__ import annotations
 
 import html
+import math
 
 import gradio as gr
 
@@ -81,6 +82,19 @@ def step_html(lane: Lane, number: int) -> str:
             f'<div class="walk"><span class="what">Rejected on that path:</span> {rejected}</div>')
     return (f'<div class="inspector">{head}<pre class="step-context">{context}<span class="here">▌</span></pre>'
             f"{table}{path}</div>")
+
+
+def step_view(lane: Lane, number) -> str:
+    """step_html for a number from the page as it came (the slider's box takes anything typed): one outside the
+    race's steps gets a sentence in the inspector instead of Gradio's toast and a traceback in the log."""
+    if not lane.events:
+        return step_html(lane, 1)
+    whole = (not isinstance(number, bool) and isinstance(number, (int, float)) and math.isfinite(number)
+             and number == int(number))
+    if not whole or not 1 <= number <= len(lane.events):
+        return (f'<div class="inspector refused">Step must be a whole number from 1 to {len(lane.events)} (this '
+                f"race's Ouroboros steps), got {html.escape(repr(number))}.</div>")
+    return step_html(lane, int(number))
 
 
 def best_step(lane: Lane) -> int:

@@ -30,10 +30,16 @@ def pair_from_env() -> tuple[str, str | None]:
     return name, None
 
 
-def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True):
+WARM_UP_PROMPT = 'def greet(name):\n    """Say hello to name."""\n'
+
+
+def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True, calibration=None):
     """Load the pair the host chose and warm it up (not on ZeroGPU, where the first race, inside its GPU
-    function, warms up instead, and where nothing may touch the device to check its memory)."""
+    function, warms up instead, and where nothing may touch the device to check its memory). With a
+    `calibration` (ui.calibration.Calibration), a short race of vanilla and Ouroboros after the warm-up gives it the
+    first step costs, so the first visitor's race already has an expected speedup measured apart from it."""
     from ouroboros_core import load_engine
+    from ouroboros_core.race import race
 
     target, draft = pair_from_env()
     engine = load_engine(target, draft, os.environ.get("OUROBOROS_DEVICE"),
@@ -41,6 +47,11 @@ def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True):
     if warm_up:
         report(LoadStage("warm up", "Warming up (one short race)"))
         engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
+        if calibration is not None:
+            lanes = None
+            for lanes in race(engine, WARM_UP_PROMPT, ["vanilla", "ouroboros"], 16):
+                pass
+            calibration.add(lanes)
     return engine
 
 

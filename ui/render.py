@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 
 from ouroboros_core.race import Lane
-from ouroboros_core.theory import draft_cost_ratio, expected_speedup, expected_step_speedup, expected_tokens_per_forward
 from ouroboros_core.verdict import CALM, OutputVerdict, explain, first_difference
+from ui.calibration import StepCosts
 
 LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative (draft model)",
                "ouroboros": "Ouroboros"}
@@ -16,8 +16,9 @@ TIMING_NOTE = ("Each lane's clock counts only its own compute: the lanes take tu
                "time.perf_counter (device synchronised) around its own steps, as if it ran alone.")
 LEGEND = ('<div class="legend">'
           '<span class="tok tok-draft">accepted from the draft model</span>'
-          '<span class="tok tok-pool">accepted from a pool phrase</span>'
-          '<span class="tok tok-prompt">accepted by prompt lookup</span>'
+          '<span class="tok tok-pool" title="the target\'s own tokens over a rejected draft, reused where they '
+          'come back (rare with the default settings)">accepted from a pool phrase</span>'
+          '<span class="tok tok-prompt">accepted by lookup (the prompt or the text so far)</span>'
           '<span class="tok tok-target">the target\'s own token</span>'
           '<s class="tok-rejected">drafted, rejected</s></div>')
 
@@ -32,36 +33,65 @@ def token_spans(tokens, colour: bool) -> str:
     return "".join(f'<span class="tok tok-{t.source.value}">{html.escape(t.text)}</span>' for t in tokens)
 
 
-def lane_html(lane: Lane, colour: bool) -> str:
+def prompt_tail(prompt: str) -> str:
+    """The end of the prompt that each lane's output continues: from its last line with anything on it, so an
+    output that starts mid-function reads as the function's next line."""
+    lines = prompt.split("\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=len(lines) - 1)
+    return "\n".join(lines[last:])
+
+
+def lane_html(lane: Lane, colour: bool, context: str = "") -> str:
+    """A lane's text: `context` (the prompt's last line, dimmed), then the output so far, coloured by source."""
     body = token_spans(lane.committed, colour)
     if lane.rejected and colour:
         rejected = html.escape("".join(t.text for t in lane.rejected))
         body += f'<s class="tok-rejected" title="drafted, rejected by the target">{rejected}</s>'
     if lane.done is None:
         body += '<span class="cursor">▌</span>'
+    if context:
+        body = f'<span class="prompt-tail" title="the end of the prompt">{html.escape(context)}</span>' + body
     # HTML drops one newline right after <pre>: give it one, so a text that starts with a newline keeps it.
     return f'<pre class="lane-text">\n{body}</pre>'
 
 
+LIVE_MIN_TOKENS = 16  # the live speedup waits until both lanes have this many tokens: before, it is noise
+
+
+def live_speedup(lane: Lane, vanilla: Lane | None) -> str:
+    """A drafting lane's speedup over vanilla as it streams: once both have enough tokens to mean something, and
+    for a lane that finished first, nothing until vanilla finishes too (its figure would drift while it waits)."""
+    if vanilla is None or not lane.tokens:
+        return ""
+    if lane.done is not None and vanilla.done is None:
+        return "speedup when vanilla finishes"
+    if lane.done is None and min(lane.tokens, vanilla.tokens) < LIVE_MIN_TOKENS:
+        return f"speedup after {LIVE_MIN_TOKENS} tokens"
+    if vanilla.tokens_per_second <= 0:
+        return ""
+    return f"<b>{lane.tokens_per_second / vanilla.tokens_per_second:.2f}x</b> vanilla"
+
+
 def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
-    parts = [f"<b>{lane.clock_s:.2f} s</b>", count(lane.tokens, "token"), f"<b>{lane.tokens_per_second:.1f} tok/s</b>"]
+    forwards = lane.stats.target_forwards if lane.done else lane.steps
+    parts = [f"<b>{lane.clock_s:.2f} s</b>", count(lane.tokens, "token"), f"<b>{lane.tokens_per_second:.1f} tok/s</b>",
+             count(forwards, "target forward")]
     if lane.method != "vanilla":
-        if vanilla is not None and vanilla.tokens_per_second > 0 and lane.tokens:
-            parts.append(f"<b>{lane.tokens_per_second / vanilla.tokens_per_second:.2f}x</b> vanilla")
-        if lane.steps:
-            parts.append(f"{lane.tokens / lane.steps:.2f} tokens/forward")
+        parts.append(live_speedup(lane, vanilla))
+        if forwards:
+            parts.append(f"{lane.tokens / forwards:.2f} tokens/forward")
         if lane.drafted:
             parts.append(f"{lane.accepted / lane.drafted:.0%} accepted")
     state = "done" if lane.done else "running"
-    return f'<div class="lane-stats {state}">' + " · ".join(parts) + "</div>"
+    return f'<div class="lane-stats {state}">' + " · ".join(part for part in parts if part) + "</div>"
 
 
-def lane_parts(lanes: dict[str, Lane], method: str, colour: bool) -> list[str]:
+def lane_parts(lanes: dict[str, Lane], method: str, colour: bool, context: str = "") -> list[str]:
     """A lane's text box and its stats line ("" and "" for a lane not in this race)."""
     lane = lanes.get(method)
     if lane is None:
         return ["", ""]
-    return [lane_html(lane, colour and method != "vanilla"), lane_stats(lane, lanes.get("vanilla"))]
+    return [lane_html(lane, colour and method != "vanilla", context), lane_stats(lane, lanes.get("vanilla"))]
 
 
 def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None = None) -> str:
@@ -94,52 +124,84 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
             + "</div>")
 
 
-def expected(method: str, stats, vanilla, gamma: int) -> tuple[float | None, str]:
-    """The speedup this race's own acceptance and step costs predict for a lane, and how it comes about."""
-    vanilla_step = vanilla.verify_seconds / vanilla.target_forwards if vanilla.target_forwards else 0.0
-    if method == "speculative":
-        a = stats.per_token_acceptance
-        c = draft_cost_ratio(stats.draft_seconds, stats.drafted_tokens, stats.verify_seconds, stats.target_forwards)
-        value = expected_speedup(a, gamma, c)
-        return value, (f"each drafted token stands with chance a = {a:.2f}; with gamma = {gamma} drafts per step "
-                       f"and a draft forward costing c = {c:.2f} of a target forward, (1 - a^{gamma + 1}) / (1 - a) "
-                       f"= {expected_tokens_per_forward(a, gamma):.2f} tokens per step ÷ (gamma·c + 1) = "
-                       f"{value:.2f}x")
-    if method == "ouroboros" and stats.target_forwards and vanilla_step > 0:
-        step = (stats.draft_seconds + stats.verify_seconds) / stats.target_forwards
-        value = expected_step_speedup(stats.tokens_per_forward, step, vanilla_step)
-        return value, (f"{stats.tokens_per_forward:.2f} tokens per target forward ÷ a step costing "
-                       f"{step / vanilla_step:.2f}x a vanilla step (drafting "
-                       f"{stats.draft_seconds / stats.target_forwards / vanilla_step:.2f}x + verifying "
-                       f"{stats.verify_seconds / stats.target_forwards / vanilla_step:.2f}x) = {value:.2f}x")
-    return None, ""
+def sampling_line(sampling: dict | None, drawn: bool = False) -> str:
+    """How a sampled race drew its tokens, with the seed to repeat it (`drawn`: the race picked the seed)."""
+    if not sampling:
+        return ""
+    seed = f"seed {sampling['seed']}" + (" (drawn for this race: type it in Seed to run it again)" if drawn else "")
+    return (f'<div class="sampled-with">Sampled at temperature {sampling["temperature"]:g}, top-p '
+            f"{sampling['top_p']:g}, {seed}.</div>")
 
 
-def summary_html(lanes: dict[str, Lane], gamma: int = 4) -> str:
-    """The finished race in a table (scrolls sideways on a phone, never wraps a number), with the speedup each
-    drafting lane's own acceptance and step costs predict beside the measured one, and why.
-    gamma: the speculative lane's draft length."""
+def expected(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[float | None, str]:
+    """The speedup a drafting lane's own tokens per target forward predict at step costs measured apart from this
+    race (`costs`: warm-up and earlier races), and a sentence on why the measured figure differs."""
+    ratio = costs.ratio(method) if costs else None
+    if not stats.target_forwards or not vanilla.target_forwards:
+        return None, ""
+    if ratio is None:
+        return None, "no earlier race of this lane on this server to take step costs from yet"
+    value = stats.tokens_per_forward / ratio
+    step = 1000 * (stats.draft_seconds + stats.verify_seconds) / stats.target_forwards
+    vanilla_step = 1000 * (vanilla.draft_seconds + vanilla.verify_seconds) / vanilla.target_forwards
+    here = step / vanilla_step if vanilla_step else 0.0
+    overhead = stats.seconds - stats.draft_seconds - stats.verify_seconds
+    earlier = "the warm-up" + (f" and {count(costs.races - 1, 'earlier race')}" if costs.races > 1 else "")
+    return value, (f"expected {value:.2f}x = {stats.tokens_per_forward:.2f} tokens per target forward ÷ a step "
+                   f"costing {ratio:.2f}x a vanilla step ({costs.step_ms[method]:.1f} ms against "
+                   f"{costs.step_ms['vanilla']:.1f} ms, medians over {earlier}). In this race a step cost {here:.2f}x a "
+                   f"vanilla one ({step:.1f} ms against {vanilla_step:.1f} ms), and the prompt's prefill and the set-up "
+                   f"took {overhead:.2f} s of its {stats.seconds:.2f} s")
+
+
+SOURCE_WORDS = {"draft": "by the draft model", "prompt": "by lookup", "pool": "from pool phrases",
+                "target": "the target's own"}
+
+
+def sources_line(lane: Lane) -> str:
+    """Where a drafting lane's tokens came from, every source named, none left out (a zero says so too)."""
+    counts = {source: 0 for source in SOURCE_WORDS}
+    for token in lane.committed:
+        counts[token.source.value] += 1
+    return ", ".join(f"{counts[source]} {words}" for source, words in SOURCE_WORDS.items())
+
+
+COLUMNS = ("lane", "target forwards", "tokens/forward", "speedup (clock)", "expected", "tok/s", "seconds", "tokens",
+           "accepted")
+
+
+def summary_html(lanes: dict[str, Lane], costs: StepCosts | None = None) -> str:
+    """The finished race in a table: the forward count, which no load on the machine changes, beside the clock
+    speedup, which it does, and the speedup predicted from this race's acceptance at step costs measured apart
+    from it (`costs`), with why the measured one differs."""
     if not lanes or any(lane.done is None for lane in lanes.values()):
         return ""
     vanilla = lanes["vanilla"].done.stats
-    rows, notes = [], []
+    rows, notes, fewer = [], [], []
     for method, lane in lanes.items():
         s = lane.done.stats
         speedup = s.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
-        predicted, why = expected(method, s, vanilla, gamma)
-        cells = [LANE_TITLES[method], f"{speedup:.2f}x", f"{predicted:.2f}x" if predicted is not None else "-",
-                 f"{s.tokens_per_second:.1f}", f"{s.seconds:.2f}", str(s.new_tokens), f"{s.tokens_per_forward:.2f}",
-                 f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-"]
-        rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        predicted, why = expected(method, s, vanilla, costs) if method != "vanilla" else (None, "")
+        cells = [LANE_TITLES[method], str(s.target_forwards), f"{s.tokens_per_forward:.2f}", f"{speedup:.2f}x",
+                 f"{predicted:.2f}x" if predicted is not None else "-", f"{s.tokens_per_second:.1f}",
+                 f"{s.seconds:.2f}", str(s.new_tokens), f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-"]
+        rows.append("<tr>" + "".join(f'<td data-label="{name}">{html.escape(c)}</td>'
+                                     for name, c in zip(COLUMNS, cells)) + "</tr>")
+        if method != "vanilla" and s.target_forwards:
+            fewer.append(f"{html.escape(LANE_TITLES[method])} {s.target_forwards} "
+                         f"(<b>{vanilla.target_forwards / s.target_forwards:.2f}x fewer</b>)")
+        if method != "vanilla":
+            notes.append(f"<li><b>{html.escape(LANE_TITLES[method])}</b>'s {count(s.new_tokens, 'token')}: "
+                         f"{html.escape(sources_line(lane))}.</li>")
         if why:
-            notes.append(f"<li><b>{html.escape(LANE_TITLES[method])}</b>: {html.escape(why)}; measured "
-                         f"{speedup:.2f}x.</li>")
-    head = "".join(f"<th>{h}</th>" for h in ("lane", "speedup", "expected", "tok/s", "seconds", "tokens",
-                                            "tokens/forward", "accepted"))
-    note = (f'<ul class="why">{"".join(notes)}</ul><p class="why-note">Expected: what this race\'s own '
-            "acceptance and per-step costs predict. The measured speedup also pays once per request for the "
-            "prompt's prefill and the draft's set-up, and per step for the loop's own work.</p>") if notes else ""
-    return (f'<div class="summary-wrap"><table class="summary"><thead><tr>{head}</tr></thead>'
+            notes.append(f"<li><b>{html.escape(LANE_TITLES[method])}</b>: measured {speedup:.2f}x; "
+                         f"{html.escape(why)}.</li>")
+    head = "".join(f"<th>{h}</th>" for h in COLUMNS)
+    forwards = (f'<p class="forwards">Target forwards: vanilla {vanilla.target_forwards}, {", ".join(fewer)}. '
+                "A count no other job on the machine can change; the clock speedup also depends on what each "
+                "forward costs here and on what else the machine is doing.</p>") if fewer else ""
+    note = f'<ul class="why">{"".join(notes)}</ul>' if notes else ""
+    return (f'{forwards}<div class="summary-wrap"><table class="summary"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>{note}')
 
 

@@ -8,7 +8,20 @@ from collections.abc import Iterator
 
 from ouroboros_core.race import Lane
 
-SPEEDS = {"1x": 1.0, "1/4": 0.25, "1/10": 0.1}
+SPEEDS = {"1x": 1.0, "1/4": 0.25, "1/10": 0.1}  # each event at its recorded time divided by the speed
+FIT_S = 10.0
+CHOICES = [f"fit to {FIT_S:g} s", *SPEEDS]  # the page's choices; the first fits any race's length
+
+
+def speed_for(choice: str, lanes: dict[str, Lane]) -> float:
+    """The replay speed a choice means for these lanes: a fixed one, or the one that makes the whole race last
+    FIT_S seconds (a 0.3 s GPU race slowed down, a 40 s CPU race sped up)."""
+    if choice in SPEEDS:
+        return SPEEDS[choice]
+    if choice != CHOICES[0]:
+        raise ValueError(f"Replay speed must be one of {', '.join(CHOICES)}, got {choice!r}.")
+    length = max((moment for moment, _, _ in timeline(lanes)), default=0.0)
+    return length / FIT_S if length > 0 else 1.0
 
 
 def timeline(lanes: dict[str, Lane]) -> list[tuple[float, str, object]]:

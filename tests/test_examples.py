@@ -1,0 +1,49 @@
+"""The page's examples say what their race shows, and a race on the embedded pair (float32, greedy, the example's
+own length, a cold pool, as a visitor's first race) shows it: where most of Ouroboros's drafted tokens came
+from and how large a share, its tokens per target forward, and which example speeds up most."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from ouroboros_core import load_engine
+from ouroboros_core.race import race
+from ui.page import EXAMPLES
+
+NAMES = {"draft": "the draft model", "prompt": "lookup", "pool": "pool phrases"}
+
+
+@pytest.fixture(scope="module")
+def raced():
+    """Each example's finished Ouroboros lane, with vanilla's output beside it."""
+    engine = load_engine(device="cpu")
+    assert engine.target.dtype == torch.float32
+    out = []
+    for example in EXAMPLES:
+        lanes = None
+        for lanes in race(engine, example["prompt"], ["vanilla", "ouroboros"], example["max_new_tokens"]):
+            pass
+        out.append(lanes)
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(EXAMPLES)), ids=[example["label"] for example in EXAMPLES])
+def test_each_example_label_holds_for_its_race(raced, index):
+    example, lanes = EXAMPLES[index], raced[index]
+    claim, lane = example["claim"], lanes["ouroboros"]
+    assert lane.done.token_ids == lanes["vanilla"].done.token_ids  # lossless, or nothing else counts
+    drafted = Counter(token.source.value for token in lane.committed if token.source.value != "target")
+    shown = f"{example['label']!r}: {dict(drafted)} of {lane.tokens}, {lane.stats.tokens_per_forward:.2f} tok/forward"
+    if "most_from" in claim:
+        source, count = drafted.most_common(1)[0]
+        assert source == claim["most_from"], shown
+        assert count / lane.tokens >= claim.get("share", 0.0), shown
+        assert NAMES[source] in example["label"], shown  # the label names the source it claims
+    if "tokens_per_forward" in claim:
+        assert lane.stats.tokens_per_forward >= claim["tokens_per_forward"], shown
+    if claim.get("largest_tokens_per_forward"):
+        others = [r["ouroboros"].stats.tokens_per_forward for i, r in enumerate(raced) if i != index]
+        assert lane.stats.tokens_per_forward > max(others), shown
