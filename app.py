@@ -373,7 +373,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
     demo.fns[api["id"]].validator = race_validator(LIMITS, lambda: LOADER.engine)  # refused before the queue
     for changed in (prompt.change, max_new.change):  # the prompt's size in tokens, as the visitor types
         changed(lambda text, length: room_line(LOADER.engine, text, length), [prompt, max_new], room, queue=False,
-                api_visibility="private", show_progress="hidden", trigger_mode="always_last")
+                api_visibility="private", show_progress="hidden", trigger_mode="always_last", preprocess=False)
 
 
 def main() -> None:

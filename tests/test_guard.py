@@ -53,6 +53,7 @@ def test_a_prompt_is_measured_in_the_tokens_the_model_can_read_before_it_is_queu
     assert room_line(pair, "x" * 10, 16) == "10 of the 48 tokens the model can read with 16 new tokens."
     assert "too long: Run will say so, nothing is cut" in room_line(pair, "x" * 50, 16)
     assert "once the model pair has loaded" in room_line(None, "x", 16)
+    assert room_line(pair, "x", float("nan")) == "1 of the 64 tokens the model can read with 0 new tokens."
 
 
 def test_the_validator_is_async_so_a_burst_cannot_overfill_the_queue():

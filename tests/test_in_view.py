@@ -48,6 +48,12 @@ def no_traceback_since(app_server, since: int) -> None:  # noqa: F811
     assert "Traceback" not in logged, logged[-3000:]
 
 
+def laptop_only(size: str) -> None:
+    """Answers that do not depend on the screen run once, at the laptop's size (CI's time is finite)."""
+    if size != "laptop":
+        pytest.skip("the same answer at both sizes; checked at the laptop's")
+
+
 def open_sampling(page) -> None:
     if not page.locator("#seed input").is_visible():
         page.locator("#sampling").get_by_text("Sampling (greedy by default)").click()
@@ -85,13 +91,17 @@ def test_a_refused_run_shows_its_message_not_the_empty_lanes(page, size):
 
 def test_a_20000_character_paste_is_kept_whole_and_refused_in_tokens(page, size, app_server):  # noqa: F811
     since = log_length(app_server)
+    typed = page.get_by_label("number input for Max new tokens")  # a 0 typed in a slider's box: no traceback
+    typed.fill("0")
+    typed.press("Enter")
     pasted = "def f(x):\n    return x\n" * 870  # 20,010 characters, well past the model's 2,048 tokens
     page.locator("#prompt textarea").fill(pasted)
     assert page.locator("#prompt textarea").input_value() == pasted  # nothing cut, typed or pasted
     room = page.locator("#prompt-room")
+    sync_api.expect(room).to_contain_text("the model can read with 1 new token — too long")  # the box clamped the 0
+    set_slider(page, "Max new tokens", 128)
     sync_api.expect(room).to_contain_text("of the 1,920 tokens the model can read with 128 new tokens")
     sync_api.expect(room).to_contain_text("too long: Run will say so, nothing is cut")
-    set_slider(page, "Max new tokens", 128)
     page.locator("#run").click()
     message = page.locator("#prompt div.validation-error")
     sync_api.expect(message).to_contain_text("with 128 new tokens the model's 2,048-token context leaves room for "
@@ -104,6 +114,7 @@ def test_a_20000_character_paste_is_kept_whole_and_refused_in_tokens(page, size,
 
 @pytest.mark.parametrize("seed, shown", [("-1", "-1"), ("1.5", "1.5"), ("3e9", "3000000000")])
 def test_a_seed_out_of_range_gets_the_app_sentence_beside_it(page, size, seed, shown, app_server):  # noqa: F811
+    laptop_only(size)
     since = log_length(app_server)
     open_sampling(page)
     set_slider(page, "Temperature", 0.8)
@@ -122,6 +133,7 @@ def test_a_seed_out_of_range_gets_the_app_sentence_beside_it(page, size, seed, s
 
 
 def test_an_empty_seed_draws_one_and_the_page_says_which(page, size):
+    laptop_only(size)
     open_sampling(page)
     set_slider(page, "Temperature", 0.8)
     page.locator("#seed input").fill("")
@@ -143,6 +155,7 @@ def test_an_empty_seed_draws_one_and_the_page_says_which(page, size):
 
 @pytest.mark.parametrize("step", ["0", "past the end"])
 def test_a_step_outside_the_race_gets_a_sentence_in_the_inspector(page, size, step, app_server):  # noqa: F811
+    laptop_only(size)
     start_race(page, CODE_PROMPT, 24)
     finished_badge(page)
     steps = int(page.locator("#inspector-view .step-head").inner_text().split(" of ")[1].split()[0])
@@ -160,8 +173,7 @@ def test_a_step_outside_the_race_gets_a_sentence_in_the_inspector(page, size, st
 
 
 def test_the_page_forward_counts_are_the_lanes_target_forwards(page, size, app_server):  # noqa: F811
-    if size == "phone":
-        pytest.skip("the counts do not depend on the screen")
+    laptop_only(size)
     start_race(page, CODE_PROMPT, 48)
     finished_badge(page)
     cells = page.locator("#summary td[data-label='target forwards']").all_inner_texts()
@@ -176,8 +188,7 @@ def test_run_says_when_it_waits_for_the_device_and_its_place_then_that_it_races(
     """Two visitors: the first one's page says its race is racing; while that long race holds the device, the
     second one's Run says it waits, with its place in the queue (Gradio's own tracker, beside the legend where Run
     scrolled to), and its race runs once the first is stopped."""
-    if size == "phone":
-        pytest.skip("the same line at both sizes; the phone's layout is checked above")
+    laptop_only(size)
     from test_browser import open_page
 
     contexts = [open_context(browser, 1400, 900) for _ in range(2)]

@@ -127,10 +127,13 @@ def room_line(engine, prompt, max_new_tokens) -> str:
     chosen length."""
     if engine is None:
         return "The prompt's limit in tokens shows once the model pair has loaded."
-    room = engine.max_context - int(max_new_tokens or 0)
+    # As the box sends it, unchecked (the slider's own bounds check would log a traceback for a typed 0).
+    length = int(max_new_tokens) if isinstance(max_new_tokens, (int, float)) and math.isfinite(max_new_tokens) else 0
+    room = engine.max_context - max(length, 0)
     used = prompt_tokens(engine, prompt) or 0
     over = " — too long: Run will say so, nothing is cut" if used > room else ""
-    return f"{used:,} of the {max(room, 0):,} tokens the model can read with {int(max_new_tokens or 0):,} new tokens{over}."
+    tokens = "token" if length == 1 else "tokens"
+    return f"{used:,} of the {max(room, 0):,} tokens the model can read with {length:,} new {tokens}{over}."
 
 
 def check_request(prompt, max_new_tokens, knobs: dict | None, limits: Limits) -> tuple[str, int, dict]:
