@@ -14,24 +14,11 @@ from app_server import app_server  # noqa: F401  (the fixture)
 from test_browser import (CODE_PROMPT, browser, finished_badge, open_context, page, set_slider,  # noqa: F401
                           start_race, sync_api)
 from test_clicks import log_length, whole_log
-
-SIZES = {"laptop": (1400, 900), "phone": (390, 844)}
+from test_showcase import context, size  # noqa: F401  (the two sizes: a laptop's and a phone's)
 IN_VIEW_S = 1.0  # the issue's bound: the lanes' tops in view within a second of Run
 # Where an element stands against the viewport.
 RECT = """selector => { const r = document.querySelector(selector).getBoundingClientRect();
   return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: r.width}; }"""
-
-
-@pytest.fixture(params=list(SIZES), scope="module")
-def size(request):
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def context(browser, size):  # noqa: F811
-    context = open_context(browser, *SIZES[size])
-    yield context
-    context.close()
 
 
 def rect(page, selector: str) -> dict:
