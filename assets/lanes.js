@@ -12,7 +12,11 @@
 
   document.addEventListener('scroll', event => {
     const box = event.target;
-    if (!(box instanceof Element) || !box.classList.contains('lane-text') || box.dataset.placing) return;
+    if (!(box instanceof Element) || !box.classList.contains('lane-text')) return;
+    // The scroll this script made: ignored. Any other is the viewer's, even in the same frame as a placing
+    // (a frame-long guard lost the viewer's scroll on a busy machine, and the lane went on following).
+    if (box.dataset.placed !== undefined && Math.abs(box.scrollTop - Number(box.dataset.placed)) <= 1) return;
+    delete box.dataset.placed;  // from here on every scroll counts, back to the bottom included
     const lane = box.closest('[id^="lane-"]');
     if (!lane) return;
     following[lane.id] = box.scrollHeight - box.scrollTop - box.clientHeight <= NEAR_BOTTOM_PX;
@@ -26,9 +30,8 @@
     const fresh = shownBox[lane.id] !== box;
     shownBox[lane.id] = box;
     if (following[lane.id] === false && !fresh) return;  // the viewer's own scroll position stands
-    box.dataset.placing = '1';
     box.scrollTop = following[lane.id] === false ? (offset[lane.id] || 0) : box.scrollHeight;
-    requestAnimationFrame(() => { delete box.dataset.placing; });
+    box.dataset.placed = String(box.scrollTop);  // where it landed (the browser clamps it to the bottom)
   };
 
   const restart = () => { for (const id of Object.keys(following)) delete following[id]; };
