@@ -27,6 +27,8 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-trunk", type=int, help="Ouroboros: the most draft tokens a sure draft goes on to")
     parser.add_argument("--extend-above", type=float,
                         help="Ouroboros: past gamma, draft on while the latest token's probability is above this")
+    parser.add_argument("--extend-chance", type=float,
+                        help="Ouroboros, sampled: draft on while the whole trunk's estimated chance is above this")
     parser.add_argument("--second-above", type=float,
                         help="Ouroboros: verify the draft's second choices above this probability (1: never)")
 
@@ -37,7 +39,8 @@ def method_options(args, method: str) -> dict:
         if getattr(args, name, None) is not None:
             options[name] = getattr(args, name)
     knobs = {"speculative": ["gamma"], "ouroboros": ["gamma", "window", "ngram", "guess_set", "branches", "lookup",
-                                                    "draft_candidates", "max_trunk", "extend_above", "second_above"]}
+                                                    "draft_candidates", "max_trunk", "extend_above", "extend_chance",
+                                                    "second_above"]}
     for name in knobs.get(method, []):
         value = getattr(args, name, None)
         if value is not None:

@@ -6,6 +6,7 @@ the target's verdict. The decode loop in engine.py is the same for all three.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from .cache import new_cache, truncate
 from .config import OuroborosConfig, SpeculativeConfig
 from .events import Source
 from .pool import PhrasePool
-from .verify import Verdict, forward_tree, walk_tree
+from .verify import Sampler, Verdict, draft_guesses, forward_tree, walk_tree
 
 
 @dataclass
@@ -71,15 +72,20 @@ class DraftRunner:
 class Speculative(Vanilla):
     """Classic speculative decoding: the draft proposes gamma tokens, one forward each."""
 
-    def __init__(self, model, config: SpeculativeConfig):
+    def __init__(self, model, config: SpeculativeConfig, sampler: Sampler | None = None):
         self.runner = DraftRunner(model)
         self.config = config
+        self.sampler = sampler or Sampler()  # the target's rule: the draft guesses its token with the same noise
 
     def propose(self, committed: list[int], limit: int) -> Proposal:
         sequence = list(committed)
         trunk = []
         for _ in range(min(self.config.gamma, limit)):
-            token = int(self.runner.forward(sequence)[0].argmax())
+            logits, sampler = self.runner.forward(sequence)[:1], self.sampler
+            if sampler.greedy:
+                token = int(logits.argmax())
+            else:  # its guess of the target's keyed sample: its own top tokens with the same noise
+                token = int(draft_guesses(logits, sampler.temperature, sampler.seed, [len(sequence)])[1][0, 0])
             trunk.append(token)
             sequence.append(token)
         return Proposal(trunk, [Source.DRAFT] * len(trunk))
@@ -124,9 +130,11 @@ class Ouroboros(Vanilla):
     pool phrases keyed on the draft's last token, so one draft forward can advance by a whole phrase.
     """
 
-    def __init__(self, model, config: OuroborosConfig, pool: PhrasePool, max_positions: int = 1 << 30):
+    def __init__(self, model, config: OuroborosConfig, pool: PhrasePool, max_positions: int = 1 << 30,
+                 sampler: Sampler | None = None):
         self.runner = DraftRunner(model)
         self.config = config
+        self.sampler = sampler or Sampler()  # the target's rule: the draft guesses its token with the same noise
         self.pool = pool
         self.max_positions = max_positions  # positions the models take: GPT-2's position table ends there
         self.levels: list[list[int]] = []  # levels[l][i]: column i's l-th guess
@@ -154,7 +162,7 @@ class Ouroboros(Vanilla):
         # target far more often), up to max_trunk.
         want = 0 if self.copying else min(cfg.gamma, limit)
         most = 0 if self.copying else min(max(cfg.max_trunk, want), limit)
-        sure = True
+        sure, chance = True, 1.0
         alternatives = []  # (trunk position, the draft's second choice there, its probability)
         while len(trunk) < want or (sure and len(trunk) < most):
             new, new_sources, (first_p, second, second_p) = self._draft_step(sequence)
@@ -162,7 +170,8 @@ class Ouroboros(Vanilla):
             trunk += new
             sources += new_sources
             sequence += new
-            sure = first_p > cfg.extend_above
+            chance *= first_p  # sampled, each token far less sure: the chance that the whole trunk stands
+            sure = first_p > cfg.extend_above if self.sampler.greedy else chance > cfg.extend_chance
         trunk, sources = trunk[:limit], sources[:limit]
         room = limit - len(trunk)
         branches, branch_sources, attach = [], [], []
@@ -215,7 +224,16 @@ class Ouroboros(Vanilla):
         phrases = [list(phrase[:room]) for phrase, _ in candidates]
         offsets = list(range(len(columns))) + [0] * len(phrases)
         logits = self.runner.forward(sequence, columns + phrases, offsets)
-        guesses = logits.argmax(dim=-1).tolist()
+        # The sequence position each row's token is for: column i's l-th guess sits i + l after the sequence.
+        at = len(sequence)
+        positions = ([at] + [at + i + level + 1 for i in range(len(columns)) for level in range(depth)]
+                     + [at + j + 1 for phrase in phrases for j in range(len(phrase))])
+        sampler = self.sampler
+        if sampler.greedy:
+            guesses = logits.argmax(dim=-1).tolist()
+        else:  # its guess of the target's keyed sample: its own top tokens with the same noise
+            keyed, ids = draft_guesses(logits, sampler.temperature, sampler.seed, positions)
+            guesses = ids[:, 0].tolist()
         window_out = guesses[1 : 1 + depth * len(columns)]
         phrase_out, rows, start = [], [], 1 + depth * len(columns)
         for phrase in phrases:
@@ -230,17 +248,28 @@ class Ouroboros(Vanilla):
             matched = phrases[verdict.branch][: verdict.branch_accepted]
             source = candidates[verdict.branch][1]
             row = rows[verdict.branch] + verdict.branch_accepted - 1
-        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], self._choices(logits[row])
+        choices = self._choices(logits[row]) if sampler.greedy else self._choices(keyed[row, :2], ids[row, 1])
+        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], choices
 
-    def _choices(self, logits: torch.Tensor) -> tuple[float, int, float]:
-        """The draft's probability for its first choice, its second choice and that one's probability; read
-        only where the settings use them (one transfer from the device)."""
+    def _choices(self, scores: torch.Tensor, second: torch.Tensor | None = None) -> tuple[float, int, float]:
+        """How likely the target is to pick the draft's first choice, the draft's second choice and how likely
+        the target is to pick that one; read only where the settings use them (one transfer from the device).
+
+        Greedy: the draft's own probabilities (scores: its logits). Sampled (scores: its two best keyed scores,
+        second: the second's id; see verify.position_noise): the target
+        picks the draft's first choice more often the further its keyed score leads the second's; the curves
+        are fitted to the embedded pair at temperature 0.8 (gap 0.25: 34% and 25%; 1.75: 66% and 12%; 3.25:
+        80% and 7%) and only steer how far to draft and which branches to add, never what is accepted."""
         cfg = self.config
         if cfg.max_trunk <= cfg.gamma and cfg.second_above >= 1.0:
             return 1.0, -1, 0.0
-        values, indices = torch.softmax(logits.float(), dim=-1).topk(2)
-        first_p, second_p, _, second = torch.cat([values.double(), indices.double()]).tolist()
-        return first_p, int(second), second_p
+        if self.sampler.greedy:
+            values, indices = torch.softmax(scores.float(), dim=-1).topk(2)
+            first_p, second_p, _, second = torch.cat([values.double(), indices.double()]).tolist()
+            return first_p, int(second), second_p
+        first, runner_up, token = torch.cat([scores, second[None].double()]).tolist()
+        gap = first - runner_up
+        return 1.0 - 0.7 * math.exp(-0.4 * gap), int(token), 0.27 * math.exp(-0.45 * gap)
 
     def _advance_window(self, newest: list[int]) -> None:
         if len(self.levels) == self.config.ngram - 1:

@@ -16,7 +16,7 @@ from .events import DoneEvent, Event, Result, Source, Stats, StepEvent, Token
 from .lean import lean_draft
 from .pool import PhrasePool
 from .verdict import OutputVerdict, output_verdict
-from .verify import Verdict, forward_tree, input_device, row_positions, target_tokens, walk_tree
+from .verify import Sampler, Verdict, forward_tree, input_device, row_positions, walk_tree
 
 if TYPE_CHECKING:
     from transformers import DynamicCache
@@ -229,15 +229,16 @@ class Engine:
                 f"{self.max_context} tokens leaves room for at most {max(room, 0)} prompt tokens")
         if method != "vanilla" and self.draft is None:
             raise ConfigError(f"method {method!r} needs a draft model; this engine has none")
+        sampler = Sampler(sampling.temperature, sampling.top_p, request_seed(sampling))
         if method == "vanilla":
             drafter = Vanilla()
         elif method == "speculative":
-            drafter = Speculative(self.draft_forward(), method_config)
+            drafter = Speculative(self.draft_forward(), method_config, sampler)
         else:
             if pool is None:
                 pool = PhrasePool(method_config.guess_set, method_config.pool_size)
-            drafter = Ouroboros(self.draft_forward(), method_config, pool, self.max_context)
-        return self._loop(ids, max_new_tokens, sampling, drafter, stop)
+            drafter = Ouroboros(self.draft_forward(), method_config, pool, self.max_context, sampler)
+        return self._loop(ids, max_new_tokens, sampler, drafter, stop)
 
     def generate(self, prompt: str, method: str = "ouroboros", max_new_tokens: int = 128, **options) -> Result:
         steps = []
@@ -280,13 +281,12 @@ class Engine:
 
     @torch.inference_mode()  # no autograd bookkeeping in any op (no_grad still bumps version counters): ~8% of
     # a target forward on a CPU; entered on every resume, so the caller's code between events runs as before
-    def _loop(self, ids, max_new_tokens, sampling, drafter, stop) -> Iterator[Event]:
+    def _loop(self, ids, max_new_tokens, sampler, drafter, stop) -> Iterator[Event]:
         """The decode loop: propose -> verify -> commit -> emit, one target forward per step."""
         target_device = input_device(self.target)
         draft_device = input_device(self.draft) if self.draft is not None else target_device
         request = Request(list(ids), max_new_tokens, new_cache(self.target), TextPieces(self.tokenizer),
                           (draft_device, target_device))
-        seed = request_seed(sampling)
         started = time.perf_counter()
         drafter.start(ids)
         request.compute_s = time.perf_counter() - started
@@ -297,7 +297,7 @@ class Engine:
             started = time.perf_counter()
             proposal = self._propose(drafter, request)
             drafted_at = time.perf_counter()
-            verdict, trunk_tokens = self._verify(request, proposal, sampling, seed)
+            verdict, trunk_tokens = self._verify(request, proposal, sampler)
             verified_at = time.perf_counter()
             walked = self._walked_path(proposal, verdict)
             old_length = len(request.committed)
@@ -316,7 +316,7 @@ class Engine:
         _sync(request.devices[0])
         return proposal
 
-    def _verify(self, request: Request, proposal: Proposal, sampling, seed) -> tuple[Verdict, list[int]]:
+    def _verify(self, request: Request, proposal: Proposal, sampler: Sampler) -> tuple[Verdict, list[int]]:
         """One target forward over the pending tokens, the trunk and its branches; the cache then keeps
         what was committed except the newest token, which the next forward feeds."""
         cache, trunk, branches = request.cache, proposal.trunk, proposal.branches
@@ -324,8 +324,8 @@ class Engine:
         past = cache_length(cache)
         pending = request.committed[past:]
         logits = forward_tree(self.target, cache, pending, trunk, branches, attach=attach)
-        positions = row_positions(len(request.committed), len(trunk), branches, attach) if seed is not None else []
-        tokens = target_tokens(logits, sampling.temperature, sampling.top_p, seed, positions)
+        positions = [] if sampler.greedy else row_positions(len(request.committed), len(trunk), branches, attach)
+        tokens = sampler.tokens(logits, positions)
         trunk_tokens = tokens[: len(trunk) + 1]
         branch_tokens, start = [], len(trunk) + 1
         for branch in branches:

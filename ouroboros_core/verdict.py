@@ -1,13 +1,12 @@
 """One verdict for "same output": two token sequences from the same target and prompt are identical, differ
 at a float tie (greedy: either token is the target's greedy choice), differ at a rounding boundary (sampled:
-either token is the target's sample at that position's draw), or mismatch (a bug).
+either token is the target's sample at that position's noise), or mismatch (a bug).
 
 In 16-bit floats a forward over many tokens rounds differently from a forward over one. Greedy: where the
 target's two best tokens score the same, or one rounding step apart, the argmax can fall either way between a
-plain decode and a verified draft. Sampled: a token is drawn where the position's fixed uniform falls in the
-cumulative distribution (tokens in vocabulary order), and rounding moves every slice of it a little; where the
-draw lies that close to the edge between two slices, either token is the target's sample. The engine measures
-it itself with one more target forward.
+plain decode and a verified draft. Sampled: the sample is the token whose tempered score plus the position's
+fixed noise for it is highest (verify.position_noise); where two tokens' keyed scores lie within rounding of
+each other, either is the target's sample. The engine measures it itself with one more target forward.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .verify import input_device, nucleus
+from .verify import input_device, keyed_scores, position_noise
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 # The check's own forward (prompt and common prefix in one pass) has a third shape, so its scores may sit one
@@ -32,11 +31,11 @@ CALM = ("identical", "float tie", "rounding boundary")  # the kinds that are the
 class OutputVerdict:
     kind: str  # "identical", "float tie", "rounding boundary" or "mismatch"
     first_difference: int | None  # index of the first new token that differs; None when identical
-    # Greedy: the target's score gap between the two tokens chosen there. Sampled: how far the position's draw
-    # lies outside the reference token's slice of the cumulative distribution (0 inside it), in this forward.
+    # Greedy: the target's score gap between the two tokens chosen there. Sampled: how far the reference token's
+    # keyed score (tempered score plus noise) lies below the highest one there (0: it is the sample), this forward.
     margin: float | None
     dtype: str  # the target's dtype, for the explanation
-    sampled: bool = False  # the outputs were sampled (the margin is then a distance in probability)
+    sampled: bool = False  # the outputs were sampled (the margin is then a gap in keyed scores)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -74,46 +73,40 @@ def rounding_steps(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return TIE_STEPS * torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(magnitude)))
 
 
-def drawable(scores: torch.Tensor, tokens: list[int], temperature: float, top_p: float, draw: float,
+def drawable(scores: torch.Tensor, tokens: list[int], temperature: float, top_p: float, noise: torch.Tensor,
              dtype: torch.dtype) -> bool:
-    """Whether each of `tokens` could be the target's sample at uniform `draw` in a forward of another shape.
+    """Whether each of `tokens` could be the target's sample, at this position's noise (V,), in a forward of
+    another shape.
 
-    Every score (V,) may move by TIE_STEPS rounding steps. A token's slice of the cumulative distribution
-    (vocabulary order, as verify.target_tokens draws) ends latest when it and the tokens before it weigh most
-    and those after it least, and starts earliest the other way round; a token the nucleus keeps only in some
-    roundings weighs nothing at its least. Never in float32, whose rounding is far below any real gap."""
+    Every score (V,) may move by TIE_STEPS rounding steps. A token is the sample where its tempered score plus
+    its noise is the highest of the nucleus (verify.keyed_scores): it could be where, rounded up, it reaches
+    the highest that any token the nucleus keeps in every rounding has rounded down; a token the nucleus keeps
+    only in some roundings counts. Never in float32, whose rounding is far below any real gap."""
     if dtype not in SIXTEEN_BIT:
         return False
-    scores = scores.double() / temperature
-    steps = rounding_steps(scores * temperature, dtype) / temperature
-    top = float(scores.max())
-    least, most = torch.exp(scores - steps - top), torch.exp(scores + steps - top)
+    scores = scores.double()
+    steps = rounding_steps(scores, dtype)
+    low, high = (scores - steps) / temperature + noise, (scores + steps) / temperature + noise
+    maybe = surely = torch.ones_like(scores, dtype=torch.bool)
     if top_p < 1.0:  # kept in some rounding: the mass ranked above it can be below top_p; in every one: always
-        order = scores.argsort(descending=True)
+        top = float(scores.max()) / temperature
+        least, most = torch.exp((scores - steps) / temperature - top), torch.exp((scores + steps) / temperature - top)
+        order = (scores / temperature).argsort(descending=True)
         share_least, share_most = (least / most.sum())[order], (most / least.sum())[order]
-        maybe, surely = torch.zeros_like(scores, dtype=torch.bool), torch.zeros_like(scores, dtype=torch.bool)
+        maybe, surely = torch.zeros_like(maybe), torch.zeros_like(surely)
         maybe[order] = share_least.cumsum(0) - share_least < top_p
         surely[order] = share_most.cumsum(0) - share_most < top_p
-        least, most = least * surely, most * maybe
-    up_to_most, up_to_least = most.cumsum(0), least.cumsum(0)  # mass up to and including each token
-    total_most, total_least = float(up_to_most[-1]), float(up_to_least[-1])
-    for token in tokens:
-        if float(most[token]) == 0.0:
-            return False
-        end = float(up_to_most[token] / (up_to_most[token] + total_least - up_to_least[token]))
-        before_least, before_most = up_to_least[token] - least[token], up_to_most[token] - most[token]
-        start = float(before_least / (before_least + total_most - before_most))
-        if not start <= draw < end:
-            return False
-    return True
+    to_beat = float(low.masked_fill(~surely, float("-inf")).max())
+    return all(bool(maybe[token]) and float(high[token]) >= to_beat for token in tokens)
 
 
-def slice_distance(scores: torch.Tensor, token: int, temperature: float, top_p: float, draw: float) -> float:
-    """How far `draw` lies outside `token`'s slice of the cumulative distribution in this forward (0 inside)."""
-    probs = nucleus(torch.softmax(scores.double() / temperature, dim=-1), top_p)
-    probs = probs / probs.sum()
-    end = float(probs[: token + 1].sum())
-    return max(0.0, end - float(probs[token]) - draw, draw - end)
+def keyed_gap(scores: torch.Tensor, token: int, temperature: float, top_p: float, seed: int, position: int) -> float:
+    """How far `token`'s keyed score lies below the best one in this forward (0 when it is the sample there); a
+    token the nucleus leaves out here is measured by its score as if kept."""
+    keyed = keyed_scores(scores[None], temperature, top_p, seed, [position])[0]
+    own = float(scores[token].double()) / temperature + float(
+        position_noise(seed, [position], torch.tensor([token], device=scores.device))[0, 0])
+    return max(0.0, float(keyed.max()) - own)
 
 
 @torch.no_grad()
@@ -125,10 +118,8 @@ def output_verdict(target, prompt_ids: list[int], a: list[int], b: list[int], te
     A float tie (greedy) needs both tokens at the first difference to be the target's best within rounding,
     and every token of b after it to be the target's best within rounding given b's own prefix: b is then a
     greedy output too. A rounding boundary (sampled) needs the same of the target's sample at each position's
-    draw. One teacher-forced forward over the prompt and b measures it all.
+    noise. One teacher-forced forward over the prompt and b measures it all.
     """
-    from .verify import position_uniform
-
     dtype = str(target.dtype).replace("torch.", "")
     a, b = list(a), list(b)
     at = first_difference(a, b)
@@ -139,17 +130,18 @@ def output_verdict(target, prompt_ids: list[int], a: list[int], b: list[int], te
     ids = torch.tensor([list(prompt_ids) + b[:-1]], device=input_device(target))
     rows = target(input_ids=ids, logits_to_keep=len(b) - at).logits[0]  # (len(b) - at, V): predicting b[at:]
 
-    def draw(offset: int) -> float:
-        return position_uniform(seed, len(prompt_ids) + at + offset)
+    positions = range(len(prompt_ids) + at, len(prompt_ids) + len(b))
+    noise = (position_noise(seed, positions, torch.arange(rows.shape[-1], device=rows.device))
+             if temperature > 0.0 else None)
 
     def possible(offset: int, tokens: list[int]) -> bool:  # each of tokens could be the target's own choice
         if temperature == 0.0:
             return within_rounding(rows[offset], tokens, target.dtype)
-        return drawable(rows[offset], tokens, temperature, top_p, draw(offset), target.dtype)
+        return drawable(rows[offset], tokens, temperature, top_p, noise[offset], target.dtype)
 
     def margin(offset: int, token: int, other: int | None = None) -> float:
         if temperature > 0.0:
-            return slice_distance(rows[offset], token, temperature, top_p, draw(offset))
+            return keyed_gap(rows[offset], token, temperature, top_p, seed, positions[offset])
         return abs(float(rows[offset, token]) - float(rows[offset].max() if other is None else rows[offset, other]))
 
     sampled = temperature > 0.0
@@ -169,11 +161,10 @@ def explain(verdict: OutputVerdict, name: str = "Ouroboros") -> str:
         return (f"identical up to token {verdict.first_difference}, where the target's two best tokens scored "
                 f"the same within {verdict.dtype} rounding (gap {verdict.margin:g}); either is its greedy choice")
     if verdict.kind == "rounding boundary":
-        return (f"identical up to token {verdict.first_difference}, where that position's random draw fell within "
-                f"{verdict.dtype} rounding of the edge between two tokens' probabilities; either is the target's "
-                "sample there")
+        return (f"identical up to token {verdict.first_difference}, where two tokens' randomised scores were equal "
+                f"within {verdict.dtype} rounding (gap {verdict.margin:.2g}); either is the target's sample there")
     if verdict.sampled:
-        gap = "" if verdict.margin is None else f" (its draw {verdict.margin:.2g} from that token, beyond rounding)"
+        gap = "" if verdict.margin is None else f" (randomised score gap {verdict.margin:.2g}, beyond rounding)"
         return f"{name} departs from the target's sample at token {verdict.first_difference}{gap}"
     gap = "" if verdict.margin is None else f" (score gap {verdict.margin:g}, not a rounding tie)"
     return f"{name} departs from the target's greedy output at token {verdict.first_difference}{gap}"

@@ -60,17 +60,44 @@ def row_positions(next_position: int, trunk: int, branches: list[list[int]], att
 
 
 MASK64 = (1 << 64) - 1
+GOLDEN, MIX1, MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # SplitMix64's constants
 
 
-def position_uniform(seed: int, position: int) -> float:
-    """A uniform draw in [0, 1) fixed by the seed and the sequence position alone (SplitMix64 of both).
+def position_key(seed: int, position: int) -> int:
+    """A 64-bit key fixed by the seed and the sequence position alone (SplitMix64 of both)."""
+    z = (seed * GOLDEN + (position + 1) * MIX1) & MASK64
+    z = ((z ^ (z >> 30)) * MIX1) & MASK64
+    z = ((z ^ (z >> 27)) * MIX2) & MASK64
+    return z ^ (z >> 31)
 
-    Every method that reaches a position after the same text draws the same token there, so vanilla and
-    Ouroboros write the same sampled text; draws at different positions are independent."""
-    z = (seed * 0x9E3779B97F4A7C15 + (position + 1) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+def _int64(value: int) -> int:
+    """An unsigned 64-bit value as the int64 with the same bits (torch's int64 arithmetic wraps around)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's >> keeps the sign)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def position_noise(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) noise for token ids (len(positions), m) at those positions, float64: one independent value
+    per (seed, position, token id), computed alike on any device (SplitMix64 in integer arithmetic, no state).
+
+    The target's sample at a position is the token whose tempered score plus its noise is highest (the
+    Gumbel-max trick: exactly a draw from the softmax). Every method that reaches a position after the same
+    text picks the same token there, so vanilla and Ouroboros write the same sampled text; and a draft that
+    adds the same noise to its own scores picks the target's token as often as two close distributions can
+    agree, which is what makes its guesses worth verifying. ids: (m,) for every row, or (len(positions), m)."""
+    keys = torch.tensor([_int64(position_key(seed, p)) for p in positions], dtype=torch.long, device=ids.device)
+    z = keys[:, None] + ids.long() * _int64(GOLDEN)  # the ids-th output of SplitMix64 started at the key
+    z = (z ^ _shift_right(z, 30)) * _int64(MIX1)
+    z = (z ^ _shift_right(z, 27)) * _int64(MIX2)
+    z = z ^ _shift_right(z, 31)
+    # 53 random bits, then half a step, so the uniform lies strictly inside (0, 1).
+    uniform = _shift_right(z, 11).double().add_(0.5).mul_(2.0 ** -53)
+    return uniform.log_().neg_().log_().neg_()
 
 
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -83,18 +110,71 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
 
 
-def target_tokens(logits: torch.Tensor, temperature: float, top_p: float, seed: int | None,
-                  positions: list[int]) -> list[int]:
-    """The target's token at each row of logits (n, V): argmax when greedy, else a sample by inverting the
-    distribution's cumulative sum at position_uniform(seed, position of that row's token)."""
-    if temperature == 0.0:
-        return logits.argmax(dim=-1).tolist()
-    probs = nucleus(torch.softmax(logits.double() / temperature, dim=-1).cpu(), top_p)
-    cumulative = probs.cumsum(dim=-1)
-    draws = torch.tensor([position_uniform(seed, p) for p in positions], dtype=torch.float64)
-    # The first token whose cumulative mass passes the draw; a zero-probability token never does.
-    tokens = torch.searchsorted(cumulative, (draws * cumulative[:, -1])[:, None], right=True)[:, 0]
-    return tokens.clamp_(max=probs.shape[-1] - 1).tolist()
+NUCLEUS_TIERS = (64, 1024)  # tokens ranked by topk, in turn, before the whole vocabulary is sorted
+
+
+def keyed_scores(logits: torch.Tensor, temperature: float, top_p: float, seed: int, positions) -> torch.Tensor:
+    """Each token's tempered score plus its noise at that row's position (n, V), float64; -inf outside the top-p
+    nucleus. A row's nucleus is found among its 64 most likely tokens where it ends there (every row at
+    temperature 0.3 on the embedded pair, 77% at 0.8), else among 1,024, else in the whole vocabulary; only
+    its tokens get noise (a full sort and a full row of noise cost a sampled CPU step milliseconds)."""
+    scores = logits.double() / temperature
+    vocab = scores.shape[-1]
+    keyed = torch.full_like(scores, float("-inf"))
+    if top_p >= 1.0:
+        ids = torch.arange(vocab, device=scores.device)[None]
+        return keyed.copy_(scores + position_noise(seed, positions, ids))
+    probs = torch.softmax(scores, dim=-1)
+    todo = list(range(len(scores)))
+    for top in NUCLEUS_TIERS + (vocab,):
+        rows = torch.tensor(todo, device=scores.device)
+        values, ids = (probs if len(todo) == len(probs) else probs[rows]).topk(min(top, vocab), dim=-1)  # sorted
+        before = values.cumsum(dim=-1) - values
+        ends = ((before[:, -1] + values[:, -1]) >= top_p) | (top >= vocab)  # the nucleus ends among these
+        done = [i for i, end in enumerate(ends.tolist()) if end]
+        if len(done) == len(probs):  # every row at once: no copies
+            found = scores.gather(-1, ids) + position_noise(seed, positions, ids)
+            return keyed.scatter_(-1, ids, found.masked_fill_(before >= top_p, float("-inf")))
+        if done:
+            found = scores[rows[done]].gather(-1, ids[done])
+            found += position_noise(seed, [positions[todo[i]] for i in done], ids[done])
+            found.masked_fill_(before[done] >= top_p, float("-inf"))
+            keyed[rows[done]] = keyed[rows[done]].scatter_(-1, ids[done], found)
+        todo = [row for i, row in enumerate(todo) if i not in set(done)]
+        if not todo:
+            break
+    return keyed
+
+
+def draft_guesses(logits: torch.Tensor, temperature: float, seed: int, positions, top: int = 64):
+    """A draft's guess of the target's keyed sample at each row, cheaply: its own top tokens' tempered scores plus
+    the same noise, no nucleus (a token outside the top rarely wins). Returns (keyed scores, ids), (n, top) each,
+    best first. Only a guess: the target's own rule decides what stands."""
+    values, ids = logits.topk(min(top, logits.shape[-1]), dim=-1)
+    keyed = values.double() / temperature + position_noise(seed, positions, ids)
+    keyed, order = keyed.sort(dim=-1, descending=True)
+    return keyed, ids.gather(-1, order)
+
+
+class Sampler:
+    """A request's sampling rule: the argmax when greedy, else the keyed sample (see position_noise)."""
+
+    def __init__(self, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None):
+        self.temperature, self.top_p, self.seed = temperature, top_p, seed
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def scores(self, logits: torch.Tensor, positions: list[int]) -> torch.Tensor:
+        """The scores whose argmax is the token at each row (n, V): the logits when greedy, else keyed."""
+        if self.greedy:
+            return logits
+        return keyed_scores(logits, self.temperature, self.top_p, self.seed, positions)
+
+    def tokens(self, logits: torch.Tensor, positions: list[int]) -> list[int]:
+        """The token at each row of logits (n, V), row i being for sequence position positions[i]."""
+        return self.scores(logits, positions).argmax(dim=-1).tolist()
 
 
 def walk_tree(trunk: list[int], branches: list[list[int]], trunk_tokens: list[int],

@@ -21,7 +21,7 @@ from conftest import check_margin
 from engine_checks import PROMPTS, REPETITIVE_PROMPTS, check_events
 from ouroboros_core import DoneEvent, Engine, Result, StepEvent, load_engine
 from ouroboros_core.cache import cache_length
-from ouroboros_core.verify import position_uniform
+from ouroboros_core.verify import position_noise
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 METHODS = ("vanilla", "speculative", "ouroboros")
@@ -102,16 +102,15 @@ def own_argmax(row: torch.Tensor) -> int:
 
 
 def own_sample(row: torch.Tensor, temperature: float, top_p: float, seed: int, position: int) -> int:
-    """The target's sample at `position`: its nucleus of the tempered distribution, inverted in vocabulary order at
-    the draw position_uniform(seed, position) that every method shares."""
-    probs = torch.softmax(row.double() / temperature, dim=-1)
+    """The target's sample at `position`: the token of its top-p nucleus whose tempered score plus the noise
+    position_noise(seed, position) gives it is highest (the Gumbel-max draw every method shares)."""
+    scores = row.double() / temperature
+    probs = torch.softmax(scores, dim=-1)
     sorted_probs, order = probs.sort(descending=True)
     kept = sorted_probs.cumsum(0) - sorted_probs < top_p  # the smallest prefix whose mass reaches top_p
-    nucleus = torch.zeros_like(probs)
-    nucleus[order[kept]] = sorted_probs[kept]
-    cumulative = nucleus.cumsum(0)
-    draw = position_uniform(seed, position) * float(cumulative[-1])
-    return int((cumulative > draw).nonzero()[0, 0])
+    keyed = torch.full_like(scores, float("-inf"))
+    keyed[order[kept]] = (scores + position_noise(seed, [position], torch.arange(len(scores)))[0])[order[kept]]
+    return int(keyed.argmax())
 
 
 def rounding_step(dtype: torch.dtype, value: float) -> float:

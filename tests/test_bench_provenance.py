@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 import transformers
 
-from ouroboros_core.tools import bench
+from ouroboros_core.tools import bench_report
 from pairs import save_tiny_pair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,14 +47,14 @@ def test_the_bench_json_records_its_provenance(tmp_path):
     assert timedelta(0) <= datetime.now(timezone.utc) - ran_at < timedelta(minutes=10)
 
     assert isinstance(made["cpu"], str) and made["cpu"].strip()
-    assert set(made["cpu_flags"]) <= set(bench.SPEED_FLAGS)
+    assert set(made["cpu_flags"]) <= set(bench_report.SPEED_FLAGS)
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         lines = cpuinfo.read_text().splitlines()
         model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
         assert model is None or made["cpu"] == model
         flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith(("flags", "Features"))), [])
-        assert made["cpu_flags"] == [flag for flag in bench.SPEED_FLAGS if flag in flags]
+        assert made["cpu_flags"] == [flag for flag in bench_report.SPEED_FLAGS if flag in flags]
 
     assert made["python"] == platform.python_version()
     assert made["torch"] == torch.__version__ and made["transformers"] == transformers.__version__
@@ -68,8 +68,8 @@ def test_provenance_outside_a_git_checkout(monkeypatch):
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")
 
-    monkeypatch.setattr(bench.subprocess, "run", no_git)
+    monkeypatch.setattr(bench_report.subprocess, "run", no_git)
     engine = SimpleNamespace(target=SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32))
-    made = bench.provenance(engine)
+    made = bench_report.provenance(engine)
     assert made["commit"] is None and made["dirty"] is None
     assert made["device"] == "cpu" and made["dtype"] == "float32" and made["torch"] == torch.__version__

@@ -168,9 +168,9 @@ def test_the_embedded_pair_in_bfloat16_departs_only_at_float_ties():
 
 
 def test_sampled_races_in_16_bits_part_only_at_rounding_boundaries():
-    """Sampled, the lanes may part where a position's draw lies within rounding of the edge between two tokens'
-    slices of the distribution; the verdict must call every such difference a rounding boundary, none a
-    mismatch, and a lane drawn with other draws a mismatch."""
+    """Sampled, the lanes may part where two tokens' keyed scores (tempered score plus the position's noise) lie
+    within rounding of each other; the verdict must call every such difference a rounding boundary, none a
+    mismatch, and a lane drawn with other noise a mismatch."""
     from ouroboros_core.tools.bench import humaneval_prompts
 
     engine = load_engine(device=DEVICE, dtype="bfloat16")

@@ -5,14 +5,15 @@ the tokens follow the target's distribution)."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 
 import pytest
 import torch
 
-import ouroboros_core.engine as engine_module
 from ouroboros_core import load_engine
-from ouroboros_core.verify import position_uniform, row_positions, target_tokens
+from ouroboros_core import verify
+from ouroboros_core.verify import Sampler, keyed_scores, nucleus, position_key, position_noise, row_positions
 
 PROMPTS = ["def fizzbuzz(n):\n",
            'def sort_by_length(words):\n    """Return the words sorted by length, shortest first."""\n',
@@ -24,32 +25,79 @@ def engine():
     return load_engine(device="cpu")
 
 
-def test_position_uniform_is_fixed_by_seed_and_position_and_uniform():
-    assert position_uniform(3, 17) == position_uniform(3, 17)
-    assert position_uniform(3, 17) != position_uniform(4, 17) != position_uniform(3, 18)
-    draws = [position_uniform(seed, position) for seed in range(20) for position in range(1000)]
-    assert all(0.0 <= u < 1.0 for u in draws)
-    counts = Counter(int(u * 20) for u in draws)
-    expected = len(draws) / 20
-    chi2 = sum((counts[b] - expected) ** 2 / expected for b in range(20))
-    assert chi2 < 43.8  # chi-square, 19 degrees of freedom, alpha 0.001
-    # Neighbouring positions are not correlated (lag-1 correlation of 20,000 draws: sd ~0.007).
-    a = torch.tensor(draws[:-1]) - 0.5
-    b = torch.tensor(draws[1:]) - 0.5
-    assert abs(float((a * b).mean() / (a * a).mean())) < 0.03
+def splitmix_noise(seed: int, position: int, token: int) -> float:
+    """The noise of one token, in Python's unbounded integers: the reference the tensor code must equal."""
+    mask = (1 << 64) - 1
+    z = (position_key(seed, position) + token * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    z ^= z >> 31
+    return -math.log(-math.log(((z >> 11) + 0.5) * 2.0 ** -53))
 
 
-def test_target_tokens_sample_the_distribution_and_never_a_zero_probability_token():
+def test_position_noise_is_splitmix64_of_seed_position_and_token_and_gumbel():
+    vocab = torch.arange(4096)
+    tokens = [0, 1, 2, 777, 4095, 151_935]  # a Qwen-sized id too: every product wraps as in 64 bits
+    got = position_noise(3, [17, 18], torch.tensor(tokens))
+    for row, position in enumerate((17, 18)):
+        assert got[row].tolist() == pytest.approx([splitmix_noise(3, position, t) for t in tokens], rel=1e-12)
+    noise = position_noise(3, [17, 18], vocab)
+    assert torch.equal(noise[1], position_noise(3, [18], vocab)[0]), "a row does not depend on the others asked for"
+    assert torch.equal(noise[:, [5, 9]], position_noise(3, [17, 18], torch.tensor([[5, 9], [5, 9]])))
+    assert not torch.equal(noise[0], position_noise(4, [17], vocab)[0]) and not torch.equal(noise[0], noise[1])
+    values = position_noise(5, list(range(50)), vocab).flatten()  # 204,800 values
+    uniform = torch.exp(-torch.exp(-values))  # the Gumbel CDF: uniform if the noise is Gumbel(0, 1)
+    counts = torch.histc(uniform, bins=20, min=0.0, max=1.0)
+    expected = len(uniform) / 20
+    assert float(((counts - expected) ** 2 / expected).sum()) < 43.8  # chi-square, 19 dof, alpha 0.001
+    # Neighbouring tokens and neighbouring positions are not correlated (sd of each estimate ~0.003).
+    centred = uniform.view(50, 4096) - 0.5
+    for a, b in ((centred[:, :-1], centred[:, 1:]), (centred[:-1], centred[1:])):
+        assert abs(float((a * b).mean() / (a * a).mean())) < 0.015
+
+
+def test_keyed_scores_of_the_top_tokens_equal_those_of_the_whole_vocabulary(monkeypatch):
+    """The fast path (noise for the most likely tokens only, where the nucleus ends among them) and the whole
+    vocabulary's give every row the same scores, the nucleus's edge included."""
+    torch.manual_seed(1)
+    logits = torch.randn(40, 4096) * torch.linspace(0.3, 6, 40)[:, None]  # flat rows (long nuclei) to sharp ones
+    positions = list(range(100, 140))
+    fast = keyed_scores(logits, 0.8, 0.95, 7, positions)
+    monkeypatch.setattr(verify, "NUCLEUS_TIERS", ())  # every row ranked over the whole vocabulary
+    whole = keyed_scores(logits, 0.8, 0.95, 7, positions)
+    assert torch.equal(fast, whole)
+    kept = nucleus(torch.softmax(logits.double() / 0.8, dim=-1), 0.95) > 0
+    assert torch.equal(fast > float("-inf"), kept)
+    assert int(kept.sum(-1).min()) <= 256 < int(kept.sum(-1).max())  # both paths ran
+
+
+def test_keyed_samples_follow_the_distribution_and_never_a_zero_probability_token():
     probs = torch.tensor([0.5, 0.0, 0.3, 0.15, 0.05])
     logits = probs.clamp(min=1e-30).log().expand(20_000, -1)
-    tokens = target_tokens(logits, 1.0, 1.0, seed=9, positions=list(range(20_000)))
+    tokens = Sampler(1.0, 1.0, seed=9).tokens(logits, list(range(20_000)))
     counts = Counter(tokens)
     assert counts[1] == 0
     chi2 = sum((counts[t] - 20_000 * p) ** 2 / (20_000 * p) for t, p in enumerate(probs.tolist()) if p)
     assert chi2 < 16.3  # 3 degrees of freedom, alpha 0.001
-    nucleus = Counter(target_tokens(logits, 1.0, 0.75, seed=9, positions=list(range(20_000))))
+    nucleus = Counter(Sampler(1.0, 0.75, seed=9).tokens(logits, list(range(20_000))))
     assert set(nucleus) == {0, 2}  # 0.5 + 0.3 reaches 0.75: the rest is cut
-    assert target_tokens(logits[:3], 0.0, 1.0, None, []) == [0, 0, 0]
+    assert abs(nucleus[0] / 20_000 - 0.625) < 0.015  # renormalised: 0.5 / 0.8
+    assert Sampler().tokens(logits[:3], []) == [0, 0, 0]
+
+
+def test_a_draft_keyed_with_the_same_noise_agrees_with_the_target_as_often_as_close_distributions_can():
+    """Why the noise is per token: a draft whose distribution is close to the target's (total variation 0.1)
+    picks the target's sample nearly as often as any coupling allows (0.9), where an inverse-CDF draw in
+    vocabulary order loses it wherever the shift passes a small token's slice."""
+    torch.manual_seed(0)
+    target = torch.softmax(torch.randn(64) * 2, dim=0)
+    draft = 0.9 * target + 0.1 * torch.softmax(torch.randn(64) * 2, dim=0)
+    tv = float((target - draft).abs().sum() / 2)
+    positions = list(range(20_000))
+    picks = [Sampler(1.0, 1.0, seed=2).tokens(dist.log().expand(len(positions), -1), positions)
+             for dist in (target, draft)]
+    agree = sum(a == b for a, b in zip(*picks)) / len(positions)
+    assert 1 - 2 * tv / (1 + tv) - 0.01 <= agree <= 1 - tv + 0.01, (agree, tv)
 
 
 def test_row_positions_follow_the_tree():
@@ -76,14 +124,15 @@ def test_sampled_lanes_are_identical_token_for_token(engine, prompt):
 
 
 def test_a_randomness_stream_per_request_would_part_the_lanes(engine, monkeypatch):
-    """The check above has teeth: draws taken in order from one stream per request, as before, split the
+    """The check above has teeth: noise taken in order from one stream per request, as before, splits the
     lanes, because Ouroboros samples more rows per forward than it keeps."""
     counter = itertools.count()
+    keyed = Sampler.tokens
 
-    def streamed(logits, temperature, top_p, seed, positions):
-        return target_tokens(logits, temperature, top_p, seed, [next(counter) for _ in positions])
+    def streamed(self, logits, positions):
+        return keyed(self, logits, [next(counter) for _ in positions])
 
-    monkeypatch.setattr(engine_module, "target_tokens", streamed)
+    monkeypatch.setattr(Sampler, "tokens", streamed)
     differ = 0
     for prompt in PROMPTS:
         counter = itertools.count()

@@ -11,36 +11,35 @@ from __future__ import annotations
 
 import gzip
 import json
-import platform
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
-from ..config import ConfigError, OuroborosConfig, SpeculativeConfig
+from ..config import SAMPLING_OPTIONS as sampling_keys
+from ..config import ConfigError, OuroborosConfig, SamplingConfig, SpeculativeConfig
 from ..events import Stats
 from ..theory import draft_cost_ratio, expected_speedup, expected_tokens_per_forward, per_token_acceptance
+from .bench_report import machine_description, markdown_table, provenance, save_chart
 from .corpus import heldout_prompts
 
-REFERENCE = "hf_greedy"
+WARM = "ouroboros_warm"  # Ouroboros with one phrase pool kept across the prompts (--warm-pool)
+
+REFERENCE = "hf_greedy"  # the speed reference; greedy outputs are checked against it, sampled ones against vanilla
 HF_METHODS = {
     "hf_greedy": "transformers generate (greedy)",
     "hf_assisted": "transformers assisted generation",
     "hf_prompt_lookup": "transformers prompt lookup",
 }
-ENGINE_METHODS = {"vanilla": "engine vanilla", "speculative": "engine speculative", "ouroboros": "engine ouroboros"}
-ALL_METHODS = list(HF_METHODS) + list(ENGINE_METHODS)
+ENGINE_METHODS = {"vanilla": "engine vanilla", "speculative": "engine speculative", "ouroboros": "engine ouroboros",
+                  WARM: "engine ouroboros, warm pool"}
+ALL_METHODS = list(HF_METHODS) + [method for method in ENGINE_METHODS if method != WARM]  # --warm-pool adds WARM
 SWEEP_GRID = {"gamma": [1, 2, 4, 6, 8], "window": [0, 4, 8, 12], "ngram": [3, 4, 5, 6], "branches": [0, 1, 2, 4],
               "lookup": [0, 8, 12, 16, 24], "max_trunk": [1, 4, 6, 8], "extend_above": [0.3, 0.4, 0.5, 1.0],
-              "second_above": [0.05, 0.1, 0.2, 1.0], "draft_candidates": [0, 1, 2]}
-# The CPU features that decide how fast a CPU runs the models: the vector units and the matrix tiles.
-SPEED_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-               "amx_tile", "amx_bf16", "amx_int8")
+              "extend_chance": [0.2, 0.4, 0.6, 0.8], "second_above": [0.05, 0.1, 0.2, 1.0],
+              "draft_candidates": [0, 1, 2]}
 
 
 def humaneval_prompts(limit: int | None = None) -> list[dict]:
@@ -91,13 +90,18 @@ class MethodRun:
         return self.total("drafted_tokens")
 
 
-def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens: int):
+def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens: int, sampling: dict):
+    """transformers' own generate: greedy, or sampled with the same temperature, top-p and seed (its own sampler,
+    so its sampled text differs from the engine's)."""
     import torch
 
     tokenizer, target = engine.tokenizer, engine.target
     ids = torch.tensor([engine.encode(prompt)], device=target.device)
     kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids),
                   pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+    if sampling:
+        kwargs.update(do_sample=True, temperature=sampling["temperature"], top_p=sampling["top_p"], top_k=0)
+        torch.manual_seed(sampling["seed"])
     if method == "hf_assisted":
         kwargs["assistant_model"] = engine.draft
     elif method == "hf_prompt_lookup":
@@ -118,24 +122,28 @@ def sync(device) -> None:
 
 
 def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: int, options: dict,
-              lookup_tokens: int = 10, progress=True) -> dict:
+              lookup_tokens: int = 10, progress=True, sampling: dict | None = None) -> dict:
+    """sampling: {temperature, top_p, seed} to sample (prompt i with seed + i, the same for every method), or None.
+    Greedy outputs are checked against transformers' greedy generate; sampled engine outputs against the engine's
+    vanilla ones (the same seed gives the same text), transformers' sampled ones are not (its own sampler)."""
     from tqdm import tqdm
 
     runs = {m: MethodRun() for m in methods}
-    reference: list[list[int]] = []
-    # Warm-up: every method once on the first prompt, not timed.
+    reference_method = ("vanilla" if "vanilla" in methods else None) if sampling else REFERENCE
+    # Warm-up: every method once on the first prompt, not timed (its own pool: the warm pool starts empty).
     for method in methods:
-        one(engine, method, prompts[0]["prompt"], min(16, max_new_tokens), options, lookup_tokens)
+        one(engine, method, prompts[0]["prompt"], min(16, max_new_tokens), options, lookup_tokens,
+            seeded(sampling, 0), engine.new_pool() if method == WARM else None)
+    pool = engine.new_pool(**pool_options(engine, options)) if WARM in methods else None
     bar = tqdm(total=len(prompts) * len(methods), desc="bench", disable=not progress, file=sys.stderr)
     for index, item in enumerate(prompts):
         # Rotate the order per prompt so no method always runs first (caches, clocks, thermals).
         order = methods[index % len(methods) :] + methods[: index % len(methods)]
-        outputs = {}
+        outputs, these = {}, seeded(sampling, index)
         for method in order:
-            outputs[method] = one(engine, method, item["prompt"], max_new_tokens, options, lookup_tokens)
+            outputs[method] = one(engine, method, item["prompt"], max_new_tokens, options, lookup_tokens, these, pool)
             bar.update(1)
-        ref_tokens = outputs[REFERENCE][0] if REFERENCE in outputs else None
-        reference.append(ref_tokens)
+        ref_tokens = outputs[reference_method][0] if reference_method in outputs else None
         for method in methods:
             tokens, seconds, stats = outputs[method]
             run = runs[method]
@@ -143,20 +151,38 @@ def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: i
             run.seconds.append(seconds)
             if stats is not None:
                 run.stats.append(stats)
-            if ref_tokens is not None and method in ENGINE_METHODS:
-                verdict = engine.verdict(item["prompt"], ref_tokens, tokens)
+            if ref_tokens is not None and method in ENGINE_METHODS and method != reference_method:
+                verdict = engine.verdict(item["prompt"], ref_tokens, tokens, **(these or {}))
                 if verdict.kind != "identical":
-                    found = run.float_ties if verdict.kind == "float tie" else run.mismatches
+                    found = run.float_ties if verdict.kind in ("float tie", "rounding boundary") else run.mismatches
                     found.append({"prompt": item["id"], **verdict.to_dict()})
     bar.close()
-    return summarise(runs, methods, options, max_new_tokens, len(prompts), engine)
+    report = summarise(runs, methods, options, max_new_tokens, len(prompts), engine, reference_method)
+    report.update(sampling=sampling, checked_against=reference_method)
+    for method, row in report["methods"].items():
+        if sampling and method == "hf_greedy":
+            row["label"] = "transformers generate (sampled)"
+    return report
 
 
-def one(engine, method, prompt, max_new_tokens, options, lookup_tokens):
+def seeded(sampling: dict | None, index: int) -> dict | None:
+    """Prompt `index`'s sampling settings: its own seed, the same for every method."""
+    return {**sampling, "seed": sampling["seed"] + index} if sampling else None
+
+
+def pool_options(engine, options: dict) -> dict:
+    """The pool settings of the Ouroboros runs (the warm pool must hold as many phrases per key as they would)."""
+    settings = {**engine.defaults.get("ouroboros", {}), **options.get("ouroboros", {})}
+    return {name: settings[name] for name in ("guess_set", "pool_size") if name in settings}
+
+
+def one(engine, method, prompt, max_new_tokens, options, lookup_tokens, sampling=None, pool=None):
     if method in HF_METHODS:
-        tokens, seconds = run_hf(engine, method, prompt, max_new_tokens, lookup_tokens)
+        tokens, seconds = run_hf(engine, method, prompt, max_new_tokens, lookup_tokens, sampling)
         return tokens, seconds, None
-    method_options = options.get(method, {})
+    method_options = {**options.get("ouroboros" if method == WARM else method, {}), **(sampling or {})}
+    if method == WARM:
+        method, method_options["pool"] = "ouroboros", pool
     sync(engine.target.device)
     started = time.perf_counter()
     result = engine.generate(prompt, method, max_new_tokens, **method_options)
@@ -165,33 +191,44 @@ def one(engine, method, prompt, max_new_tokens, options, lookup_tokens):
     return result.token_ids, time.perf_counter() - started, result.stats
 
 
-def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int, prompt_count: int, engine):
+def ratios(run: MethodRun, base: MethodRun | None) -> tuple[float | None, float | None]:
+    """run's speed over base's: total tokens over total time, and the median of the per-prompt ratios."""
+    if base is None:
+        return None, None
+    rate = (sum(run.tokens) / sum(run.seconds)) / (sum(base.tokens) / sum(base.seconds))
+    per_prompt = [(t / s) / (bt / bs) for t, s, bt, bs in zip(run.tokens, run.seconds, base.tokens, base.seconds)]
+    return round(rate, 3), round(statistics.median(per_prompt), 3)
+
+
+def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int, prompt_count: int, engine,
+              checked_against: str | None = REFERENCE):
     rows = {}
-    ref = runs.get(REFERENCE)
-    ref_rate = sum(ref.tokens) / sum(ref.seconds) if ref else None
-    ref_per_prompt = [t / s for t, s in zip(ref.tokens, ref.seconds)] if ref else None
+    checked = checked_against in runs
     for method in methods:
         run = runs[method]
         rate = sum(run.tokens) / sum(run.seconds)
         per_prompt = [t / s for t, s in zip(run.tokens, run.seconds)]
+        speedup, median_speedup = ratios(run, runs.get(REFERENCE))
         row = {
             "label": {**HF_METHODS, **ENGINE_METHODS}[method],
             "tokens": sum(run.tokens),
             "seconds": round(sum(run.seconds), 3),
             "tokens_per_s": round(rate, 2),
             "median_tokens_per_s": round(statistics.median(per_prompt), 2),
-            "speedup": round(rate / ref_rate, 3) if ref_rate else None,
-            "median_speedup": (round(statistics.median(p / r for p, r in zip(per_prompt, ref_per_prompt)), 3)
-                               if ref_per_prompt else None),
+            "speedup": speedup,
+            "median_speedup": median_speedup,
         }
         if method in ENGINE_METHODS:
+            over_vanilla, median_over_vanilla = ratios(run, runs.get("vanilla"))
             row.update({
+                "over_vanilla": over_vanilla,
+                "median_over_vanilla": median_over_vanilla,
                 "tokens_per_forward": round(sum(run.tokens) / run.forwards, 3) if run.forwards else None,
                 "acceptance_rate": round(run.total("accepted_tokens") / run.drafted, 3) if run.drafted else None,
                 "draft_share": round(run.total("draft_seconds") / (run.total("draft_seconds")
                                                                    + run.total("verify_seconds")), 3),
-                "mismatches": len(run.mismatches) if ref else None,
-                "float_ties": len(run.float_ties) if ref else None,
+                "mismatches": len(run.mismatches) if checked and method != checked_against else None,
+                "float_ties": len(run.float_ties) if checked and method != checked_against else None,
                 "mismatch_detail": run.mismatches[:10],
                 "float_tie_detail": run.float_ties[:10],
             })
@@ -221,107 +258,7 @@ def expected_speculative(run: MethodRun, gamma: int) -> dict:
             "expected_speedup": round(expected_speedup(a, gamma, c), 3)}
 
 
-def machine_description(engine) -> str:
-    """The device the target ran on, with what decides CPU speed: its vector unit (AVX-512 or AVX2) and threads."""
-    import torch
-
-    device = engine.target.device
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    capability = torch.backends.cpu.get_cpu_capability()  # e.g. "AVX512", "AVX2", "DEFAULT"
-    return (f"{platform.processor() or platform.machine()} CPU ({capability}), "
-            f"{torch.get_num_threads()} threads")
-
-
-def provenance(engine) -> dict:
-    """Where a figure came from: the code (commit, and whether the tree had changes), when, on what CPU and
-    libraries, and the command that made it. Local facts only; nothing here touches the network."""
-    import torch
-    import transformers
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True,
-                                  text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    cpuinfo = Path("/proc/cpuinfo")
-    fields: dict[str, str] = {}
-    for line in (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []):
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())  # the first processor speaks for all
-    flags = set((fields.get("flags") or fields.get("Features") or "").split())
-    commit = git("rev-parse", "HEAD")
-    # `python -m ouroboros_core` leaves the package's __main__.py in argv[0]: record the command as typed.
-    argv = ["python3", "-m", "ouroboros_core", *sys.argv[1:]] if sys.argv[0].endswith("__main__.py") else sys.argv
-    return {"commit": commit, "dirty": bool(git("status", "--porcelain")) if commit else None,  # changes not in it
-            "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "cpu": fields.get("model name") or platform.processor() or platform.machine(),
-            "cpu_flags": [flag for flag in SPEED_FLAGS if flag in flags],
-            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "torch_threads": torch.get_num_threads(), "device": str(engine.target.device),
-            "dtype": str(engine.target.dtype).replace("torch.", ""), "command": shlex.join(argv)}
-
-
-def lossless_cell(row: dict) -> str:
-    """yes, yes (N float ties), or NO (N mismatches): the verdicts of this method's outputs against greedy."""
-    if row.get("mismatches") is None:
-        return "n/a"
-    ties = row.get("float_ties") or 0
-    tie_text = f"{ties} float tie{'s' if ties != 1 else ''}"
-    if row["mismatches"]:
-        return f"NO ({row['mismatches']} mismatches" + (f", {tie_text})" if ties else ")")
-    return f"yes ({tie_text})" if ties else "yes"
-
-
-def markdown_table(report: dict) -> str:
-    lines = [
-        f"{report.get('prompt_set', 'HumanEval-style')} prompts: {report['prompts']}, "
-        f"max_new_tokens {report['max_new_tokens']}, "
-        f"pair `{report['pair']}` in {report.get('dtype', 'float32')}, on {report['machine']}",
-        "",
-        "| method | tok/s | median tok/s | speedup | median speedup | tokens/forward | acceptance | "
-        "draft share | lossless |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for method, row in report["methods"].items():
-        lossless = "reference" if method == REFERENCE else lossless_cell(row)
-        expected = f" (expected {row['expected_speedup']:.2f}x)" if "expected_speedup" in row else ""
-        fmt = lambda v, f="{:.2f}": "" if v is None else f.format(v)  # noqa: E731
-        lines.append(
-            f"| {row['label']} | {row['tokens_per_s']:.1f} | {row['median_tokens_per_s']:.1f} | "
-            f"{fmt(row['speedup'], '{:.2f}x')}{expected} | {fmt(row['median_speedup'], '{:.2f}x')} | "
-            f"{fmt(row.get('tokens_per_forward'))} | {fmt(row.get('acceptance_rate'), '{:.0%}')} | "
-            f"{fmt(row.get('draft_share'), '{:.0%}')} | {lossless} |")
-    return "\n".join(lines)
-
-
-def save_chart(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["methods"]
-    labels = [row["label"].replace("transformers ", "HF ").replace("engine ", "") for row in rows.values()]
-    speedups = [row["speedup"] or 0 for row in rows.values()]
-    colours = ["#9aa0a6" if m in HF_METHODS else "#1a73e8" for m in rows]
-    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=120)
-    bars = ax.barh(labels[::-1], speedups[::-1], color=colours[::-1])
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.bar_label(bars, labels=[f"{s:.2f}x" for s in speedups[::-1]], padding=3)
-    ax.set_xlabel("speedup over transformers greedy generate (total tokens / total time)")
-    ax.set_title(f"{report['prompts']} prompts, {report['max_new_tokens']} new tokens, "
-                 f"{report.get('dtype', 'float32')}, {report['machine']}", fontsize=9)
-    ax.set_xlim(0, max(speedups) * 1.2 + 0.1)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def sweep(engine, prompts, max_new_tokens, progress=True) -> dict:
+def sweep(engine, prompts, max_new_tokens, progress=True, sampling: dict | None = None) -> dict:
     """Coordinate search over Ouroboros settings: vary one knob at a time around the best so far, each
     setting measured against vanilla on the same prompts in the same run. Returns every trial and the best."""
     start = {**asdict(OuroborosConfig()), **engine.defaults.get("ouroboros", {})}  # the pair's own settings
@@ -332,7 +269,7 @@ def sweep(engine, prompts, max_new_tokens, progress=True) -> dict:
         key = tuple(sorted(options.items()))
         if key not in trials:
             report = run_bench(engine, prompts, ["vanilla", "ouroboros"], max_new_tokens,
-                               {"ouroboros": options}, progress=False)
+                               {"ouroboros": options}, progress=False, sampling=sampling)
             rows = report["methods"]
             trials[key] = {**options,
                            "speedup_over_vanilla": round(rows["ouroboros"]["tokens_per_s"]
@@ -364,6 +301,11 @@ def add_bench_parser(sub) -> None:
     bench.add_argument("--out", type=Path, help="write the report as JSON here")
     bench.add_argument("--chart", type=Path, help="write a PNG chart of the speedups here")
     bench.add_argument("--sweep", action="store_true", help="search Ouroboros settings and report the best")
+    bench.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
+    bench.add_argument("--top-p", type=float, default=None, help="nucleus mass kept when sampling (default 1.0)")
+    bench.add_argument("--seed", type=int, default=0, help="prompt i samples with seed S + i in every method")
+    bench.add_argument("--warm-pool", action="store_true",
+                       help="add a row: Ouroboros with one phrase pool kept across the prompts")
     bench.add_argument("--no-progress", action="store_true")
     add_model_args(bench)
     add_method_args(bench)
@@ -383,14 +325,24 @@ def cmd_bench(args) -> int:
         prompts, prompt_set = jsonl_prompts(args.prompts, args.limit), args.prompts.name
     else:
         prompts, prompt_set = humaneval_prompts(args.limit), "HumanEval-style"
+    sampling = None
+    if args.temperature:
+        sampling = {"temperature": args.temperature, "top_p": 1.0 if args.top_p is None else args.top_p,
+                    "seed": args.seed}
+        SamplingConfig(**sampling)  # a bad setting fails before any model loads
+    elif args.top_p is not None:
+        raise ConfigError("--top-p needs --temperature above 0 (greedy decoding keeps no nucleus)")
+    if args.warm_pool:
+        methods.append(WARM)
     engine = engine_from_args(args)
     if args.sweep:
-        report = sweep(engine, prompts, args.max_new_tokens, progress=not args.no_progress)
+        report = sweep(engine, prompts, args.max_new_tokens, progress=not args.no_progress, sampling=sampling)
         print("best:", json.dumps(report["best"]))
     else:
-        options = {method: method_options(args, method) for method in ("speculative", "ouroboros")}
+        options = {method: {k: v for k, v in method_options(args, method).items() if k not in sampling_keys}
+                   for method in ("speculative", "ouroboros")}
         report = run_bench(engine, prompts, methods, args.max_new_tokens, options, args.lookup_tokens,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, sampling=sampling)
         report["prompt_set"] = prompt_set
         print(markdown_table(report))
         if args.chart:
