@@ -256,10 +256,10 @@ class Ouroboros(Vanilla):
         the target is to pick that one; read only where the settings use them (one transfer from the device).
 
         Greedy: the draft's own probabilities (scores: its logits). Sampled (scores: its two best keyed scores,
-        second: the second's id; see verify.position_noise): the target
-        picks the draft's first choice more often the further its keyed score leads the second's; the curves
-        are fitted to the embedded pair at temperature 0.8 (gap 0.25: 34% and 25%; 1.75: 66% and 12%; 3.25:
-        80% and 7%) and only steer how far to draft and which branches to add, never what is accepted."""
+        second: the second's id; see verify.position_noise): the target picks the draft's first choice more
+        often the further its keyed score leads the second's; the curves are fitted to the embedded pair at
+        temperature 0.8 (gap 0.25: 34% and 25%; 1.75: 66% and 12%; 3.25: 80% and 7%) and only steer how far
+        to draft and which branches to add, never what is accepted."""
         cfg = self.config
         if cfg.max_trunk <= cfg.gamma and cfg.second_above >= 1.0:
             return 1.0, -1, 0.0
