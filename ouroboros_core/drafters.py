@@ -224,14 +224,14 @@ class Ouroboros(Vanilla):
         phrases = [list(phrase[:room]) for phrase, _ in candidates]
         offsets = list(range(len(columns))) + [0] * len(phrases)
         logits = self.runner.forward(sequence, columns + phrases, offsets)
-        # The sequence position each row's token is for: column i's l-th guess sits i + l after the sequence.
-        at = len(sequence)
-        positions = ([at] + [at + i + level + 1 for i in range(len(columns)) for level in range(depth)]
-                     + [at + j + 1 for phrase in phrases for j in range(len(phrase))])
         sampler = self.sampler
         if sampler.greedy:
             guesses = logits.argmax(dim=-1).tolist()
         else:  # its guess of the target's keyed sample: its own top tokens with the same noise
+            # The sequence position each row's token is for: column i's l-th guess sits i + l after the sequence.
+            at = len(sequence)
+            positions = ([at] + [at + i + level + 1 for i in range(len(columns)) for level in range(depth)]
+                         + [at + j + 1 for phrase in phrases for j in range(len(phrase))])
             keyed, ids = draft_guesses(logits, sampler.temperature, sampler.seed, positions)
             guesses = ids[:, 0].tolist()
         window_out = guesses[1 : 1 + depth * len(columns)]

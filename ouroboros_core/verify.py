@@ -120,15 +120,13 @@ def keyed_scores(logits: torch.Tensor, temperature: float, top_p: float, seed: i
     its tokens get noise (a full sort and a full row of noise cost a sampled CPU step milliseconds)."""
     scores = logits.double() / temperature
     vocab = scores.shape[-1]
-    keyed = torch.full_like(scores, float("-inf"))
     if top_p >= 1.0:
-        ids = torch.arange(vocab, device=scores.device)[None]
-        return keyed.copy_(scores + position_noise(seed, positions, ids))
+        return scores + position_noise(seed, positions, torch.arange(vocab, device=scores.device)[None])
+    keyed = torch.full_like(scores, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     todo = list(range(len(scores)))
     for top in NUCLEUS_TIERS + (vocab,):
-        rows = torch.tensor(todo, device=scores.device)
-        values, ids = (probs if len(todo) == len(probs) else probs[rows]).topk(min(top, vocab), dim=-1)  # sorted
+        values, ids = (probs if len(todo) == len(probs) else probs[todo]).topk(min(top, vocab), dim=-1)  # sorted
         before = values.cumsum(dim=-1) - values
         ends = ((before[:, -1] + values[:, -1]) >= top_p) | (top >= vocab)  # the nucleus ends among these
         done = [i for i, end in enumerate(ends.tolist()) if end]
@@ -136,11 +134,12 @@ def keyed_scores(logits: torch.Tensor, temperature: float, top_p: float, seed: i
             found = scores.gather(-1, ids) + position_noise(seed, positions, ids)
             return keyed.scatter_(-1, ids, found.masked_fill_(before >= top_p, float("-inf")))
         if done:
-            found = scores[rows[done]].gather(-1, ids[done])
-            found += position_noise(seed, [positions[todo[i]] for i in done], ids[done])
+            rows = [todo[i] for i in done]
+            found = scores[rows].gather(-1, ids[done]) + position_noise(seed, [positions[r] for r in rows], ids[done])
             found.masked_fill_(before[done] >= top_p, float("-inf"))
-            keyed[rows[done]] = keyed[rows[done]].scatter_(-1, ids[done], found)
-        todo = [row for i, row in enumerate(todo) if i not in set(done)]
+            keyed[rows] = keyed[rows].scatter_(-1, ids[done], found)
+        finished = set(done)
+        todo = [row for i, row in enumerate(todo) if i not in finished]
         if not todo:
             break
     return keyed
@@ -166,15 +165,12 @@ class Sampler:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def scores(self, logits: torch.Tensor, positions: list[int]) -> torch.Tensor:
-        """The scores whose argmax is the token at each row (n, V): the logits when greedy, else keyed."""
-        if self.greedy:
-            return logits
-        return keyed_scores(logits, self.temperature, self.top_p, self.seed, positions)
-
     def tokens(self, logits: torch.Tensor, positions: list[int]) -> list[int]:
-        """The token at each row of logits (n, V), row i being for sequence position positions[i]."""
-        return self.scores(logits, positions).argmax(dim=-1).tolist()
+        """The token at each row of logits (n, V), row i being for sequence position positions[i]: the argmax
+        of the logits when greedy, else of the keyed scores."""
+        if not self.greedy:
+            logits = keyed_scores(logits, self.temperature, self.top_p, self.seed, positions)
+        return logits.argmax(dim=-1).tolist()
 
 
 def walk_tree(trunk: list[int], branches: list[list[int]], trunk_tokens: list[int],

@@ -22,17 +22,11 @@ from ..config import SAMPLING_OPTIONS as sampling_keys
 from ..config import ConfigError, OuroborosConfig, SamplingConfig, SpeculativeConfig
 from ..events import Stats
 from ..theory import draft_cost_ratio, expected_speedup, expected_tokens_per_forward, per_token_acceptance
-from .bench_report import machine_description, markdown_table, provenance, save_chart
+from .bench_report import HF_METHODS, REFERENCE, machine_description, markdown_table, provenance, save_chart
 from .corpus import heldout_prompts
 
 WARM = "ouroboros_warm"  # Ouroboros with one phrase pool kept across the prompts (--warm-pool)
 
-REFERENCE = "hf_greedy"  # the speed reference; greedy outputs are checked against it, sampled ones against vanilla
-HF_METHODS = {
-    "hf_greedy": "transformers generate (greedy)",
-    "hf_assisted": "transformers assisted generation",
-    "hf_prompt_lookup": "transformers prompt lookup",
-}
 ENGINE_METHODS = {"vanilla": "engine vanilla", "speculative": "engine speculative", "ouroboros": "engine ouroboros",
                   WARM: "engine ouroboros, warm pool"}
 ALL_METHODS = list(HF_METHODS) + [method for method in ENGINE_METHODS if method != WARM]  # --warm-pool adds WARM

@@ -9,8 +9,12 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-REFERENCE = "hf_greedy"
-HF = ("hf_greedy", "hf_assisted", "hf_prompt_lookup")
+REFERENCE = "hf_greedy"  # the speed reference; greedy outputs are checked against it, sampled ones against vanilla
+HF_METHODS = {
+    "hf_greedy": "transformers generate (greedy)",
+    "hf_assisted": "transformers assisted generation",
+    "hf_prompt_lookup": "transformers prompt lookup",
+}
 # The CPU features that decide how fast a CPU runs the models: the vector units and the matrix tiles.
 SPEED_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
                "amx_tile", "amx_bf16", "amx_int8")
@@ -66,13 +70,13 @@ def lossless_cell(method: str, row: dict, report: dict) -> str:
     sampling = report.get("sampling")
     if method == report.get("checked_against", REFERENCE):
         return "reference"
-    if sampling and method in HF:
+    if sampling and method in HF_METHODS:
         return "sampled by transformers: differs by design"
     if row.get("mismatches") is None:
         return "n/a"
     ties = row.get("float_ties") or 0
-    kind = "rounding boundar" if sampling else "float tie"
-    tie_text = f"{ties} {kind}{('ies' if ties != 1 else 'y') if sampling else ('s' if ties != 1 else '')}"
+    one, many = ("rounding boundary", "rounding boundaries") if sampling else ("float tie", "float ties")
+    tie_text = f"{ties} {one if ties == 1 else many}"
     if row["mismatches"]:
         return f"NO ({row['mismatches']} mismatches" + (f", {tie_text})" if ties else ")")
     return f"yes ({tie_text})" if ties else "yes"
@@ -113,7 +117,7 @@ def save_chart(report: dict, path: Path) -> None:
     rows = report["methods"]
     labels = [row["label"].replace("transformers ", "HF ").replace("engine ", "") for row in rows.values()]
     speedups = [row["speedup"] or 0 for row in rows.values()]
-    colours = ["#9aa0a6" if m in HF else "#1a73e8" for m in rows]
+    colours = ["#9aa0a6" if m in HF_METHODS else "#1a73e8" for m in rows]
     fig, ax = plt.subplots(figsize=(8, 3.6), dpi=120)
     bars = ax.barh(labels[::-1], speedups[::-1], color=colours[::-1])
     ax.axvline(1.0, color="black", linewidth=0.8)
