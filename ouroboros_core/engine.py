@@ -325,12 +325,8 @@ class Engine:
         pending = request.committed[past:]
         logits = forward_tree(self.target, cache, pending, trunk, branches, attach=attach)
         positions = [] if sampler.greedy else row_positions(len(request.committed), len(trunk), branches, attach)
-        tokens = sampler.tokens(logits, positions)
-        trunk_tokens = tokens[: len(trunk) + 1]
-        branch_tokens, start = [], len(trunk) + 1
-        for branch in branches:
-            branch_tokens.append(tokens[start : start + len(branch)])
-            start += len(branch)
+        groups = [len(trunk) + 1] + [len(branch) for branch in branches]
+        trunk_tokens, *branch_tokens = sampler.row_groups(logits, positions, groups)
         verdict = walk_tree(trunk, branches, trunk_tokens, branch_tokens, attach)
         kept = past + len(pending) + verdict.trunk_accepted
         if verdict.branch is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -145,12 +146,18 @@ def keyed_scores(logits: torch.Tensor, temperature: float, top_p: float, seed: i
     return keyed
 
 
+# The draft guesses at a slightly lower temperature than the target samples at: a small draft is less sure than
+# its target, and sharpening it agrees with the target's sample more often (embedded pair, 2,560 positions each:
+# at 0.8, 62.9% with the same temperature, 63.8% at 0.85 of it, 61.4% at 1.1 of it; at 0.3, 70.1% and 70.7%).
+DRAFT_SHARPEN = 0.85
+
+
 def draft_guesses(logits: torch.Tensor, temperature: float, seed: int, positions, top: int = 64):
     """A draft's guess of the target's keyed sample at each row, cheaply: its own top tokens' tempered scores plus
     the same noise, no nucleus (a token outside the top rarely wins). Returns (keyed scores, ids), (n, top) each,
     best first. Only a guess: the target's own rule decides what stands."""
     values, ids = logits.topk(min(top, logits.shape[-1]), dim=-1)
-    keyed = values.double() / temperature + position_noise(seed, positions, ids)
+    keyed = values.double() / (temperature * DRAFT_SHARPEN) + position_noise(seed, positions, ids)
     keyed, order = keyed.sort(dim=-1, descending=True)
     return keyed, ids.gather(-1, order)
 
@@ -171,6 +178,35 @@ class Sampler:
         if not self.greedy:
             logits = keyed_scores(logits, self.temperature, self.top_p, self.seed, positions)
         return logits.argmax(dim=-1).tolist()
+
+    def row_groups(self, logits: torch.Tensor, positions: list[int], lengths: list[int]) -> list[Sequence[int]]:
+        """The tokens of logits' rows in consecutive groups of these lengths. Greedy, all at once (an argmax
+        is cheap); sampled, each group on its first read: a sampled row costs a nucleus search, and the
+        verifier reads the trunk and only the branches it walks."""
+        if self.greedy:
+            tokens, groups, start = self.tokens(logits, positions), [], 0
+            for length in lengths:
+                groups.append(tokens[start : start + length])
+                start += length
+            return groups
+        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        return [RowTokens(lambda a=a, b=a + n: self.tokens(logits[a:b], positions[a:b]), n)
+                for a, n in zip(starts, lengths)]
+
+
+class RowTokens(Sequence):
+    """A group of rows' tokens, computed on first read."""
+
+    def __init__(self, compute, length: int):
+        self.compute, self.length, self.tokens = compute, length, None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index):
+        if self.tokens is None:
+            self.tokens = self.compute()
+        return self.tokens[index]
 
 
 def walk_tree(trunk: list[int], branches: list[list[int]], trunk_tokens: list[int],

@@ -141,3 +141,47 @@ def test_a_randomness_stream_per_request_would_part_the_lanes(engine, monkeypatc
         ouroboros = engine.generate(prompt, "ouroboros", 48, temperature=0.8, seed=11).token_ids
         differ += vanilla != ouroboros
     assert differ >= 2
+
+
+def test_sampled_rows_are_read_in_groups_and_only_when_walked(monkeypatch):
+    """The verifier samples the trunk's rows and a branch's rows only when it reads them (a sampled row costs a
+    nucleus search); what it reads equals sampling every row at once, and greedy groups are plain argmaxes."""
+    torch.manual_seed(3)
+    logits = torch.randn(7, 50) * 3
+    positions = list(range(20, 27))
+    sampler = Sampler(0.8, 0.9, seed=4)
+    every = sampler.tokens(logits, positions)
+    sampled_rows = []
+    keyed = verify.keyed_scores
+
+    def counting(logits, *args):
+        sampled_rows.append(len(logits))
+        return keyed(logits, *args)
+
+    monkeypatch.setattr(verify, "keyed_scores", counting)
+    trunk, first, second = sampler.row_groups(logits, positions, [3, 2, 2])
+    assert sampled_rows == []
+    assert [trunk[i] for i in range(3)] == every[:3] and list(trunk[1:]) == every[1:3]
+    assert second[1] == every[6] and second[0] == every[5]
+    assert sampled_rows == [3, 2] and len(first) == 2  # the first branch was never read
+    assert Sampler().row_groups(logits, [], [3, 4]) == [logits[:3].argmax(-1).tolist(), logits[3:].argmax(-1).tolist()]
+
+
+def test_ouroboros_samples_fewer_rows_than_it_verifies(engine, monkeypatch):
+    """In the engine: fewer rows sampled than the target verified (branches off the walked path are skipped),
+    with the lanes still identical to vanilla's."""
+    sampled = []
+    keyed = verify.keyed_scores
+
+    def counting(logits, *args):
+        sampled.append(len(logits))
+        return keyed(logits, *args)
+
+    monkeypatch.setattr(verify, "keyed_scores", counting)
+    vanilla = engine.generate(PROMPTS[2], "vanilla", 48, temperature=0.8, top_p=0.95, seed=5).token_ids
+    sampled.clear()
+    result = engine.generate(PROMPTS[2], "ouroboros", 48, temperature=0.8, top_p=0.95, seed=5)
+    verified = sum(len(e.trunk) + 1 + sum(map(len, e.branches)) for e in result.events)
+    assert result.token_ids == vanilla
+    assert any(e.branches for e in result.events)
+    assert sum(sampled) < verified, (sum(sampled), verified)
