@@ -28,7 +28,8 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extend-above", type=float,
                         help="Ouroboros: past gamma, draft on while the latest token's probability is above this")
     parser.add_argument("--extend-chance", type=float,
-                        help="Ouroboros, sampled: draft on while the whole trunk's estimated chance is above this")
+                        help="Ouroboros, sampled: draft on while the whole trunk's estimated chance is above this "
+                             "times the tokens a step committed lately")
     parser.add_argument("--second-above", type=float,
                         help="Ouroboros: verify the draft's second choices above this probability (1: never)")
 

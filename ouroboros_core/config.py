@@ -65,8 +65,8 @@ class OuroborosConfig:
     prompt_lookup: bool = True  # also pool the phrases of the prompt and of the text so far
     max_trunk: int = 6  # past gamma, the draft goes on while sure of its latest token, up to this many tokens
     extend_above: float = 0.4  # sure: its probability for that token is above this (1.0: never)
-    extend_chance: float = 0.4  # sampled, sure instead: the estimated chance that the whole trunk so far is the
-    #                             target's sample is above this (each sampled token is far less sure than greedy)
+    extend_chance: float = 0.16  # sampled, sure instead: the estimated chance that the whole trunk so far is the
+    #                              target's sample is above this times the tokens a step committed lately
     second_above: float = 0.1  # the draft's second choice where its probability is above this is verified too,
     #                            as a one-token branch in place of the first (1.0: never)
     lookup: int = 12  # L: one more branch, up to L tokens that followed the earlier occurrence matching most of

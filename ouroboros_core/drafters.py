@@ -154,6 +154,7 @@ class Ouroboros(Vanilla):
         self.levels: list[list[int]] = []  # levels[l][i]: column i's l-th guess
         self.looked_up = False  # the latest proposal's first branch came from context lookup
         self.copying = False  # the text is repeating itself: let lookup lead and skip the draft forward
+        self.recent_tokens = 3.0  # tokens a step committed lately (a moving average over the verdicts)
 
     def start(self, prompt_ids: list[int]) -> None:
         if self.config.prompt_lookup:
@@ -220,7 +221,10 @@ class Ouroboros(Vanilla):
             sources += new_sources
             sequence += new
             chance *= first_p  # sampled, each token far less sure: the chance that the whole trunk stands
-            sure = first_p > cfg.extend_above if self.sampler.greedy else chance > cfg.extend_chance
+            # Sampled, a draft forward more pays while the chance that its token stands is a fair share of what
+            # a step commits anyway: where steps commit many tokens (low temperatures), each is worth less.
+            sure = (first_p > cfg.extend_above if self.sampler.greedy
+                    else chance > cfg.extend_chance * self.recent_tokens)
         trunk, sources = trunk[:limit], sources[:limit]
         # Where the draft hesitated, its second choice as a one-token branch in place of its first: the target
         # walks it if it rejects the first and picks the second, in the same forward.
@@ -301,6 +305,7 @@ class Ouroboros(Vanilla):
         # A long run accepted from context lookup means the text repeats: the next step copies without
         # asking the draft; the first step where lookup does not pay returns to drafting.
         self.copying = self.looked_up and verdict.branch == 0 and verdict.branch_accepted >= COPY_RUN
+        self.recent_tokens = 0.8 * self.recent_tokens + 0.2 * (len(committed) - old_length)
         if accepted < len(proposal.trunk):
             # The target's tokens over a rejected tail are mostly right, if misplaced: pool them.
             key = committed[old_length + accepted - 1]

@@ -195,3 +195,16 @@ def test_ab_engine_compares_a_revision_with_the_working_tree(tmp_path):
     report = json.loads(out.read_text())["methods"]["vanilla"]
     assert report["runs"] == 2 and len(report["seconds"]["old"]) == len(report["seconds"]["new"]) == 2
     assert report["old_over_new_total"] > 0
+
+
+def test_ab_engine_samples_both_revisions_with_the_same_seeds(tmp_path):
+    """Sampled, the two revisions must still write the same tokens (the same seed per prompt in each)."""
+    out = tmp_path / "ab.json"
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--rev", "HEAD", "--limit", "2",
+                           "--max-new-tokens", "6", "--rounds", "1", "--methods", "ouroboros", "--temperature", "0.8",
+                           "--top-p", "0.95", "--seed", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["sampling"] == {"temperature": 0.8, "top_p": 0.95, "seed": 3}
+    assert report["methods"]["ouroboros"]["runs"] == 2

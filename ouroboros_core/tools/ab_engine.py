@@ -38,15 +38,18 @@ def engine_class_at(rev: str, folder: Path):
     return importlib.import_module("ouroboros_rev.engine").Engine
 
 
-def alternate(engines: dict, prompts: list[str], method: str, max_new_tokens: int, rounds: int) -> dict:
+def alternate(engines: dict, prompts: list[str], method: str, max_new_tokens: int, rounds: int,
+              sampling: dict | None = None) -> dict:
+    """sampling: temperature, top_p and a first seed; prompt i samples with seed + i in both revisions."""
     seconds = {name: [] for name in engines}
     for round_index in range(rounds):
         for index, prompt in enumerate(prompts):
             order = list(engines) if (index + round_index) % 2 == 0 else list(engines)[::-1]
             outputs = {}
+            options = {**sampling, "seed": sampling["seed"] + index} if sampling else {}
             for name in order:
                 started = time.perf_counter()
-                outputs[name] = engines[name].generate(prompt, method, max_new_tokens).token_ids
+                outputs[name] = engines[name].generate(prompt, method, max_new_tokens, **options).token_ids
                 seconds[name].append(time.perf_counter() - started)
             assert outputs["old"] == outputs["new"], f"the two revisions write different tokens on prompt {index}"
     ratios = [old / new for old, new in zip(seconds["old"], seconds["new"])]
@@ -62,8 +65,13 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1, help="prompt i samples with seed S + i in both revisions")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
+    sampling = ({"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
+                if args.temperature else None)
     base = load_engine()
     with tempfile.TemporaryDirectory() as folder:
         old_engine = engine_class_at(args.rev, Path(folder))
@@ -74,9 +82,11 @@ def main(argv=None) -> int:
             engine.generate(prompts[0], "ouroboros", 16)  # warm-up
         report = {"rev": args.rev, "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                                           capture_output=True, text=True).stdout.strip(),
-                  "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "methods": {}}
+                  "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "sampling": sampling,
+                  "methods": {}}
         for method in args.methods.split(","):
-            report["methods"][method] = alternate(engines, prompts, method, args.max_new_tokens, args.rounds)
+            report["methods"][method] = alternate(engines, prompts, method, args.max_new_tokens, args.rounds,
+                                                  sampling)
             result = report["methods"][method]
             print(f"{method}: old/new {result['old_over_new_total']} in total, "
                   f"{result['old_over_new_median']} median per prompt ({result['runs']} runs)", flush=True)
