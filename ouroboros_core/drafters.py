@@ -128,11 +128,11 @@ RANK_SHARE = 0.95
 SCORED = 8
 
 
-def guess_chances(keyed: torch.Tensor, temperature: float) -> list[float]:
+def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
     """keyed: one row of the draft's keyed scores, best first -> the chance that each of the best 8 is the
-    target's sample."""
+    target's sample (float64, on keyed's device)."""
     spread = 1.2 * (0.8 / temperature) ** 0.55
-    return (torch.softmax(keyed[:SCORED].float() / spread, dim=-1) * RANK_SHARE).tolist()
+    return torch.softmax(keyed[:SCORED] / spread, dim=-1) * RANK_SHARE
 
 
 class Ouroboros(Vanilla):
@@ -278,7 +278,7 @@ class Ouroboros(Vanilla):
         the target is to pick that one; read only where the settings use them (one transfer from the device).
 
         Greedy: the draft's own probabilities (scores: its logits). Sampled (scores: its best keyed scores, best
-        first; second: the second's id; see verify.position_noise): tree.guess_chances, fitted to the embedded
+        first; second: the second's id; see verify.position_noise): guess_chances, fitted to the embedded
         pair. Either only steers how far to draft and which branches to add, never what is accepted."""
         cfg = self.config
         if cfg.max_trunk <= cfg.gamma and cfg.second_above >= 1.0:
@@ -287,8 +287,9 @@ class Ouroboros(Vanilla):
             values, indices = torch.softmax(scores.float(), dim=-1).topk(2)
             first_p, second_p, _, second = torch.cat([values.double(), indices.double()]).tolist()
             return first_p, int(second), second_p
-        first_p, second_p = guess_chances(scores, self.sampler.temperature)[:2]
-        return first_p, int(second), second_p
+        chances = guess_chances(scores, self.sampler.temperature)[:2]
+        first_p, second_p, token = torch.cat([chances, second[None].double()]).tolist()
+        return first_p, int(token), second_p
 
     def _advance_window(self, newest: list[int]) -> None:
         if len(self.levels) == self.config.ngram - 1:

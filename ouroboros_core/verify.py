@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -184,13 +185,10 @@ class Sampler:
         """The tokens of logits' rows in consecutive groups of these lengths. Greedy, all at once (an argmax
         is cheap); sampled, each group on its first read: a sampled row costs a nucleus search, and the
         verifier reads the trunk and only the branches it walks."""
+        starts = list(accumulate(lengths, initial=0))[:-1]
         if self.greedy:
-            tokens, groups, start = self.tokens(logits, positions), [], 0
-            for length in lengths:
-                groups.append(tokens[start : start + length])
-                start += length
-            return groups
-        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+            tokens = self.tokens(logits, positions)
+            return [tokens[a : a + n] for a, n in zip(starts, lengths)]
         return [RowTokens(lambda a=a, b=a + n: self.tokens(logits[a:b], positions[a:b]), n)
                 for a, n in zip(starts, lengths)]
 

@@ -102,7 +102,7 @@ def test_the_drafts_estimated_chances_match_how_often_its_guesses_are_the_target
             logits = engine.draft(input_ids=torch.tensor([sequence])).logits[0, len(prompt_ids) - 1 : -1]
         keyed, ids = draft_guesses(logits, 0.8, seed, list(range(len(prompt_ids), len(sequence))))
         for row, token in enumerate(out):
-            chances = guess_chances(keyed[row], 0.8)
+            chances = guess_chances(keyed[row], 0.8).tolist()
             for rank in (0, 1):
                 predicted[rank] += chances[rank]
                 right[rank] += int(ids[row, rank]) == token

@@ -143,7 +143,21 @@ def test_a_randomness_stream_per_request_would_part_the_lanes(engine, monkeypatc
     assert differ >= 2
 
 
-def test_sampled_rows_are_read_in_groups_and_only_when_walked(monkeypatch):
+@pytest.fixture
+def sampled_rows(monkeypatch) -> list[int]:
+    """The number of rows of each keyed_scores call from here on (each call samples a group of rows)."""
+    rows = []
+    keyed = verify.keyed_scores
+
+    def counting(logits, *args):
+        rows.append(len(logits))
+        return keyed(logits, *args)
+
+    monkeypatch.setattr(verify, "keyed_scores", counting)
+    return rows
+
+
+def test_sampled_rows_are_read_in_groups_and_only_when_walked(sampled_rows):
     """The verifier samples the trunk's rows and a branch's rows only when it reads them (a sampled row costs a
     nucleus search); what it reads equals sampling every row at once, and greedy groups are plain argmaxes."""
     torch.manual_seed(3)
@@ -151,14 +165,7 @@ def test_sampled_rows_are_read_in_groups_and_only_when_walked(monkeypatch):
     positions = list(range(20, 27))
     sampler = Sampler(0.8, 0.9, seed=4)
     every = sampler.tokens(logits, positions)
-    sampled_rows = []
-    keyed = verify.keyed_scores
-
-    def counting(logits, *args):
-        sampled_rows.append(len(logits))
-        return keyed(logits, *args)
-
-    monkeypatch.setattr(verify, "keyed_scores", counting)
+    sampled_rows.clear()
     trunk, first, second = sampler.row_groups(logits, positions, [3, 2, 2])
     assert sampled_rows == []
     assert [trunk[i] for i in range(3)] == every[:3] and list(trunk[1:]) == every[1:3]
@@ -167,21 +174,13 @@ def test_sampled_rows_are_read_in_groups_and_only_when_walked(monkeypatch):
     assert Sampler().row_groups(logits, [], [3, 4]) == [logits[:3].argmax(-1).tolist(), logits[3:].argmax(-1).tolist()]
 
 
-def test_ouroboros_samples_fewer_rows_than_it_verifies(engine, monkeypatch):
+def test_ouroboros_samples_fewer_rows_than_it_verifies(engine, sampled_rows):
     """In the engine: fewer rows sampled than the target verified (branches off the walked path are skipped),
     with the lanes still identical to vanilla's."""
-    sampled = []
-    keyed = verify.keyed_scores
-
-    def counting(logits, *args):
-        sampled.append(len(logits))
-        return keyed(logits, *args)
-
-    monkeypatch.setattr(verify, "keyed_scores", counting)
     vanilla = engine.generate(PROMPTS[2], "vanilla", 48, temperature=0.8, top_p=0.95, seed=5).token_ids
-    sampled.clear()
+    sampled_rows.clear()
     result = engine.generate(PROMPTS[2], "ouroboros", 48, temperature=0.8, top_p=0.95, seed=5)
     verified = sum(len(e.trunk) + 1 + sum(map(len, e.branches)) for e in result.events)
     assert result.token_ids == vanilla
     assert any(e.branches for e in result.events)
-    assert sum(sampled) < verified, (sum(sampled), verified)
+    assert sum(sampled_rows) < verified, (sum(sampled_rows), verified)
