@@ -10,17 +10,23 @@
   const offset = {};  // lane id -> where the viewer left it
   const boxOf = lane => lane.querySelector('.lane-text');
 
+  // Where the box stands, if not where this script last placed it: the viewer moved it.
+  const movedByViewer = box => box.dataset.placed === undefined
+    || Math.abs(box.scrollTop - Number(box.dataset.placed)) > 1;
+  const noteViewer = (lane, box) => {
+    delete box.dataset.placed;  // from here on every scroll counts, back to the bottom included
+    following[lane.id] = box.scrollHeight - box.scrollTop - box.clientHeight <= NEAR_BOTTOM_PX;
+    offset[lane.id] = box.scrollTop;
+  };
+
   document.addEventListener('scroll', event => {
     const box = event.target;
     if (!(box instanceof Element) || !box.classList.contains('lane-text')) return;
     // The scroll this script made: ignored. Any other is the viewer's, even in the same frame as a placing
     // (a frame-long guard lost the viewer's scroll on a busy machine, and the lane went on following).
-    if (box.dataset.placed !== undefined && Math.abs(box.scrollTop - Number(box.dataset.placed)) <= 1) return;
-    delete box.dataset.placed;  // from here on every scroll counts, back to the bottom included
+    if (!movedByViewer(box)) return;
     const lane = box.closest('[id^="lane-"]');
-    if (!lane) return;
-    following[lane.id] = box.scrollHeight - box.scrollTop - box.clientHeight <= NEAR_BOTTOM_PX;
-    offset[lane.id] = box.scrollTop;
+    if (lane) noteViewer(lane, box);
   }, true);
 
   const shownBox = {};  // lane id -> the box last placed (Gradio may replace it, or patch it in place)
@@ -29,6 +35,9 @@
     if (!box) return;
     const fresh = shownBox[lane.id] !== box;
     shownBox[lane.id] = box;
+    // The viewer scrolled since the last placing and an update came before the browser sent the scroll
+    // event (it sends them with the next frame): the scroll counts now, or placing would undo it.
+    if (!fresh && box.dataset.placed !== undefined && movedByViewer(box)) noteViewer(lane, box);
     if (following[lane.id] === false && !fresh) return;  // the viewer's own scroll position stands
     box.scrollTop = following[lane.id] === false ? (offset[lane.id] || 0) : box.scrollHeight;
     box.dataset.placed = String(box.scrollTop);  // where it landed (the browser clamps it to the bottom)
