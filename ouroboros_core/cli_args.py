@@ -30,9 +30,6 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--extend-chance", type=float,
                         help="Ouroboros, sampled: draft on while the whole trunk's estimated chance is above this "
                              "times the tokens a step committed lately")
-    parser.add_argument("--branch-chance", type=float,
-                        help="Ouroboros, sampled: verify lookup and pool tokens while their estimated chance to stand "
-                             "is above this times the tokens a step committed lately (0: all)")
     parser.add_argument("--second-above", type=float,
                         help="Ouroboros: verify the draft's second choices above this probability (1: never)")
 
@@ -44,7 +41,7 @@ def method_options(args, method: str) -> dict:
             options[name] = getattr(args, name)
     knobs = {"speculative": ["gamma"], "ouroboros": ["gamma", "window", "ngram", "guess_set", "branches", "lookup",
                                                     "draft_candidates", "max_trunk", "extend_above", "extend_chance",
-                                                    "branch_chance", "second_above"]}
+                                                    "second_above"]}
     for name in knobs.get(method, []):
         value = getattr(args, name, None)
         if value is not None:

@@ -67,9 +67,6 @@ class OuroborosConfig:
     extend_above: float = 0.4  # sure: its probability for that token is above this (1.0: never)
     extend_chance: float = 0.16  # sampled, sure instead: the estimated chance that the whole trunk so far is the
     #                              target's sample is above this times the tokens a step committed lately
-    branch_chance: float = 0.011  # sampled: lookup and pool tokens are verified while their estimated chance to
-    #                               stand (as such tokens fared lately) is above this times the tokens a step
-    #                               committed lately (0: all of them)
     second_above: float = 0.1  # the draft's second choice where its probability is above this is verified too,
     #                            as a one-token branch in place of the first (1.0: never)
     lookup: int = 12  # L: one more branch, up to L tokens that followed the earlier occurrence matching most of
@@ -77,7 +74,7 @@ class OuroborosConfig:
 
     def __post_init__(self):
         _validate_ints(self)
-        for name in ("extend_above", "extend_chance", "branch_chance", "second_above"):
+        for name in ("extend_above", "extend_chance", "second_above"):
             check_float(name, getattr(self, name), 0.0, 1.0)
         if not isinstance(self.prompt_lookup, bool):
             raise ConfigError(f"prompt_lookup must be true or false, got {self.prompt_lookup!r}")

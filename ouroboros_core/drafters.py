@@ -135,32 +135,6 @@ def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(keyed[:SCORED] / spread, dim=-1) * RANK_SHARE
 
 
-ODDS_RATE = 0.1  # weight of each new verdict in BranchOdds' moving averages
-
-
-@dataclass
-class BranchOdds:
-    """How a kind of branch (context lookup, pool phrase) fared lately: the chance that its first token stands,
-    walked or not, and the chance that each next token stands once the one before it did; moving averages over
-    the request's verdicts, started at a prior (the embedded pair's rates at temperature 0.8)."""
-
-    first: float
-    then: float
-
-    def length(self, floor: float, most: int) -> int:
-        """How many leading tokens have an estimated chance to stand above floor (at most `most`)."""
-        kept, chance = 0, self.first
-        while kept < most and chance > floor:
-            kept, chance = kept + 1, chance * self.then
-        return kept
-
-    def observe(self, stood: int, length: int) -> None:
-        """A branch of `length` tokens was verified and its first `stood` stood."""
-        self.first += ODDS_RATE * ((stood > 0) - self.first)
-        for j in range(min(stood, length - 1)):  # token j stood: did token j + 1?
-            self.then += ODDS_RATE * ((j + 1 < stood) - self.then)
-
-
 class Ouroboros(Vanilla):
     """The draft decodes phrase by phrase with a lookahead window and a phrase pool (Zhao et al. 2024).
 
@@ -181,9 +155,6 @@ class Ouroboros(Vanilla):
         self.looked_up = False  # the latest proposal's first branch came from context lookup
         self.copying = False  # the text is repeating itself: let lookup lead and skip the draft forward
         self.recent_tokens = 3.0  # tokens a step committed lately (a moving average over the verdicts)
-        # Sampled: how lookup and pool branches fared, to verify only their tokens likely enough to stand.
-        self.odds = {Source.PROMPT: BranchOdds(0.25, 0.7), Source.POOL: BranchOdds(0.15, 0.65)}
-        self.kinds: list[Source | None] = []  # per branch of the latest proposal: its odds' key, None for others
 
     def start(self, prompt_ids: list[int]) -> None:
         if self.config.prompt_lookup:
@@ -207,20 +178,11 @@ class Ouroboros(Vanilla):
         common = 0
         while common < min(len(found), len(trunk)) and found[common] == trunk[common]:
             common += 1
-        # Sampled, a lookup or pool token is verified while its chance to stand, as such tokens fared lately, is
-        # a fair share of what a step commits (a row of the target's forward costs ~2% of a step on a CPU).
-        trimmed = not self.sampler.greedy and cfg.branch_chance > 0
-        floor = cfg.branch_chance * self.recent_tokens
-        if trimmed:
-            found = found[: common + self.odds[Source.PROMPT].length(floor, len(found) - common)]
-            room = min(room, self.odds[Source.POOL].length(floor, room))
-        self.kinds = [None] * len(branches)
         self.looked_up = len(found) > common
         if self.looked_up:
             branches.insert(0, found[common:])
             branch_sources.insert(0, Source.PROMPT)
             attach.insert(0, common)
-            self.kinds.insert(0, Source.PROMPT)
         if room > 0 and cfg.branches:
             key = trunk[-1] if trunk else committed[-1]
             after_trunk = [b for b, a in zip(branches, attach) if a == len(trunk)]
@@ -236,7 +198,6 @@ class Ouroboros(Vanilla):
                 branches.append(phrase)
                 branch_sources.append(source)
                 attach.append(len(trunk))
-                self.kinds.append(Source.POOL)
                 added += 1
         return Proposal(trunk, sources, branches, branch_sources, attach)
 
@@ -346,11 +307,6 @@ class Ouroboros(Vanilla):
         # asking the draft; the first step where lookup does not pay returns to drafting.
         self.copying = self.looked_up and verdict.branch == 0 and verdict.branch_accepted >= COPY_RUN
         self.recent_tokens = 0.8 * self.recent_tokens + 0.2 * (len(committed) - old_length)
-        if not self.sampler.greedy and len(self.kinds) == len(proposal.branches):  # else an EOS cut branches
-            for b, kind in enumerate(self.kinds):
-                if kind is not None:
-                    stood = verdict.branch_accepted if verdict.branch == b else 0
-                    self.odds[kind].observe(stood, len(proposal.branches[b]))
         if accepted < len(proposal.trunk):
             # The target's tokens over a rejected tail are mostly right, if misplaced: pool them.
             key = committed[old_length + accepted - 1]

@@ -194,6 +194,7 @@ def test_ab_engine_compares_a_revision_with_the_working_tree(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())["methods"]["vanilla"]
     assert report["runs"] == 2 and len(report["seconds"]["old"]) == len(report["seconds"]["new"]) == 2
+    assert report["forwards"] == {"old": 4, "new": 4}  # vanilla: one forward per token, first round only
     assert report["old_over_new_total"] > 0
 
 

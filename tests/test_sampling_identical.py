@@ -13,8 +13,6 @@ import torch
 
 from ouroboros_core import load_engine
 from ouroboros_core import verify
-from ouroboros_core.drafters import BranchOdds
-from ouroboros_core.events import Source
 from ouroboros_core.verify import Sampler, keyed_scores, nucleus, position_key, position_noise, row_positions
 
 PROMPTS = ["def fizzbuzz(n):\n",
@@ -186,37 +184,3 @@ def test_ouroboros_samples_fewer_rows_than_it_verifies(engine, sampled_rows):
     assert result.token_ids == vanilla
     assert any(e.branches for e in result.events)
     assert sum(sampled_rows) < verified, (sum(sampled_rows), verified)
-
-
-def test_branch_odds_keep_the_tokens_likely_to_stand_and_learn_from_verdicts():
-    odds = BranchOdds(0.25, 0.7)
-    # 0.25, 0.175, 0.1225, 0.086, 0.060, 0.042 are above 0.03; 0.029 is not.
-    assert odds.length(0.03, 12) == 6 and odds.length(0.03, 4) == 4 and odds.length(0.3, 12) == 0
-    odds.observe(5, 5)  # all five stood: the first did, and each of four next ones after the one before
-    assert odds.first == pytest.approx(0.325) and odds.then == pytest.approx(1 - 0.3 * 0.9 ** 4)
-    then = odds.then
-    odds.observe(2, 6)  # two stood, the third did not: one step on, one step refused
-    assert odds.then == pytest.approx((then + 0.1 * (1 - then)) * 0.9)
-    for _ in range(40):
-        odds.observe(0, 6)  # nothing stands: the branch shrinks to nothing
-    assert odds.length(0.03, 12) == 0
-    for _ in range(60):
-        odds.observe(8, 8)  # everything stands: the whole branch is verified
-    assert odds.length(0.03, 12) == 12
-
-
-def test_sampled_lookup_and_pool_branches_keep_only_tokens_likely_to_stand(engine):
-    """Sampled, fewer lookup and pool tokens are verified than with branch_chance=0, the lanes identical to
-    vanilla's either way; greedy runs verify the same tokens whatever branch_chance says."""
-    verified = {0.0: 0, 0.011: 0}
-    for i, prompt in enumerate(PROMPTS):
-        sampled = dict(temperature=0.8, top_p=0.95, seed=20 + i)
-        vanilla = engine.generate(prompt, "vanilla", 64, **sampled).token_ids
-        for chance in verified:
-            result = engine.generate(prompt, "ouroboros", 64, branch_chance=chance, **sampled)
-            assert result.token_ids == vanilla, chance
-            verified[chance] += sum(len(b) for e in result.events for b in e.branches
-                                    if b and b[0].source in (Source.PROMPT, Source.POOL))
-        greedy = [engine.generate(prompt, "ouroboros", 64, branch_chance=chance) for chance in (0.0, 0.5)]
-        assert [e.branches for e in greedy[0].events] == [e.branches for e in greedy[1].events]
-    assert 0 < verified[0.011] < 0.85 * verified[0.0], verified

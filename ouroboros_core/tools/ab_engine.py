@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..models import load_engine
 from .bench import humaneval_prompts
+from .corpus import heldout_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,6 +43,7 @@ def alternate(engines: dict, prompts: list[str], method: str, max_new_tokens: in
               sampling: dict | None = None) -> dict:
     """sampling: temperature, top_p and a first seed; prompt i samples with seed + i in both revisions."""
     seconds = {name: [] for name in engines}
+    forwards = {name: 0 for name in engines}  # target forwards, first round: equal where drafting did not change
     for round_index in range(rounds):
         for index, prompt in enumerate(prompts):
             order = list(engines) if (index + round_index) % 2 == 0 else list(engines)[::-1]
@@ -49,12 +51,14 @@ def alternate(engines: dict, prompts: list[str], method: str, max_new_tokens: in
             options = {**sampling, "seed": sampling["seed"] + index} if sampling else {}
             for name in order:
                 started = time.perf_counter()
-                outputs[name] = engines[name].generate(prompt, method, max_new_tokens, **options).token_ids
+                result = engines[name].generate(prompt, method, max_new_tokens, **options)
                 seconds[name].append(time.perf_counter() - started)
+                outputs[name] = result.token_ids
+                forwards[name] += result.stats.target_forwards if round_index == 0 else 0
             assert outputs["old"] == outputs["new"], f"the two revisions write different tokens on prompt {index}"
     ratios = [old / new for old, new in zip(seconds["old"], seconds["new"])]
     return {"old_over_new_total": round(sum(seconds["old"]) / sum(seconds["new"]), 4),
-            "old_over_new_median": round(statistics.median(ratios), 4), "runs": len(ratios),
+            "old_over_new_median": round(statistics.median(ratios), 4), "runs": len(ratios), "forwards": forwards,
             "seconds": {name: [round(s, 4) for s in values] for name, values in seconds.items()}}
 
 
@@ -63,6 +67,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rev", required=True, help="the git revision to compare with the working tree")
     parser.add_argument("--methods", default="ouroboros,vanilla")
     parser.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
+    parser.add_argument("--heldout", action="store_true",
+                        help="prompts from held-out Python (the bench's --heldout set) instead of HumanEval")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
@@ -77,19 +83,21 @@ def main(argv=None) -> int:
         old_engine = engine_class_at(args.rev, Path(folder))
         engines = {"new": base, "old": old_engine(base.target, base.draft, base.tokenizer, name=base.name,
                                                         defaults=base.defaults)}  # the same preset settings
-        prompts = [item["prompt"] for item in humaneval_prompts(args.limit)]
+        prompts = [item["prompt"] for item in (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)]
         for engine in engines.values():
             engine.generate(prompts[0], "ouroboros", 16)  # warm-up
         report = {"rev": args.rev, "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                                           capture_output=True, text=True).stdout.strip(),
-                  "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "sampling": sampling,
+                  "prompts": len(prompts), "prompt_set": "heldout" if args.heldout else "humaneval",
+                  "max_new_tokens": args.max_new_tokens, "sampling": sampling,
                   "methods": {}}
         for method in args.methods.split(","):
             report["methods"][method] = alternate(engines, prompts, method, args.max_new_tokens, args.rounds,
                                                   sampling)
             result = report["methods"][method]
             print(f"{method}: old/new {result['old_over_new_total']} in total, "
-                  f"{result['old_over_new_median']} median per prompt ({result['runs']} runs)", flush=True)
+                  f"{result['old_over_new_median']} median per prompt ({result['runs']} runs); target forwards "
+                  f"old {result['forwards']['old']}, new {result['forwards']['new']}", flush=True)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0
