@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rev", required=True, help="the git revision to compare with the working tree")
     parser.add_argument("--methods", default="ouroboros,vanilla")
-    parser.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
+    parser.add_argument("--limit", type=int, default=20, help="how many prompts (HumanEval, or held-out with --heldout)")
     parser.add_argument("--heldout", action="store_true",
                         help="prompts from held-out Python (the bench's --heldout set) instead of HumanEval")
     parser.add_argument("--max-new-tokens", type=int, default=128)
