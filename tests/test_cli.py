@@ -150,6 +150,38 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
     assert (tmp_path / "a" / "training.png").read_bytes().startswith(b"\x89PNG")
 
 
+    # On-policy distillation: the target continues corpus stubs (a rerun resumes, adding only what is missing),
+    # then the draft alone continues training on batches that mix those continuations in.
+    samples = tmp_path / "samples.jsonl"
+    for limit, lines in ((3, 3), (5, 5)):
+        done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.target_samples", "--models",
+                               str(tmp_path / "a"), "--out", str(samples), "--limit", str(limit),
+                               "--max-new-tokens", "6", "--batch-size", "2"],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = [json.loads(line) for line in samples.read_text().splitlines()]
+        assert len(rows) == len({row["id"] for row in rows}) == lines
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "a" / "target")
+    for row in rows:
+        prompt = tokenizer.decode(row["ids"][: row["prompt_tokens"]])
+        assert prompt.lstrip().startswith(("def ", "async def ")) and 0 < len(row["ids"]) - row["prompt_tokens"] <= 6
+    assert {row["temperature"] for row in rows} == {0.0, 0.3, 0.8, 1.0}
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.train_pair", "--smoke", "--init",
+                           str(tmp_path / "a"), "--models", "draft", "--samples", str(samples), "--samples-share",
+                           "0.5", "--out", str(tmp_path / "c")], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    continued = json.loads((tmp_path / "c" / "training.json").read_text())
+    assert continued["samples"]["count"] == 5 and continued["config"]["samples_share"] == 0.5
+    before, after = (load_file(tmp_path / run / "draft" / "model.safetensors") for run in ("a", "c"))
+    assert any((before[k] != after[k]).any() for k in before), "the draft did not train"
+    before, after = (load_file(tmp_path / run / "target" / "model.safetensors") for run in ("a", "c"))
+    assert all((before[k] == after[k]).all() for k in before), "the frozen target changed"
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.train_pair", "--smoke", "--samples",
+                           str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "d")],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 2 and "--samples" in done.stderr and "no such file" in done.stderr
+
+
 def test_card_tells_a_continued_run_whole(tmp_path):
     """A pair continued with `train_pair --init` (say the draft alone) keeps its first run under "previous":
     the card names both stages and their total wall time, and draws one curve whose steps count on."""
@@ -176,6 +208,12 @@ def test_card_tells_a_continued_run_whole(tmp_path):
     assert "continued the draft alone from it for 2 steps" in text and "12 min in all" in text
     assert "| 6 | 2.9 | 3.1 |" in text
     assert "continued" not in pair_card.card(figures, first)
+    assert "target's own writing" not in text
+    continued["samples"] = {"count": 3200, "tokens": 812345, "temperatures": [0.0, 0.3, 0.8, 1.0]}
+    continued["config"]["samples_share"] = 0.5
+    assert ("50% of each batch was the target's own writing: its continuations of 3,200 documented functions of "
+            "the corpus (812,345 tokens, temperatures 0, 0.3, 0.8, 1, `target_samples`), wall time 2 min."
+            ) in " ".join(pair_card.card(figures, continued).split())
     pair_card.save_curve_chart(continued, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes().startswith(b"\x89PNG")
 
@@ -196,6 +234,21 @@ def test_ab_engine_compares_a_revision_with_the_working_tree(tmp_path):
     assert report["runs"] == 2 and len(report["seconds"]["old"]) == len(report["seconds"]["new"]) == 2
     assert report["forwards"] == {"old": 4, "new": 4}  # vanilla: one forward per token, first round only
     assert report["old_over_new_total"] > 0
+
+
+def test_ab_engine_puts_an_old_draft_against_the_working_trees(tmp_path):
+    """--old-draft: the old side drafts with another model (here a copy of the same one, so the target forwards
+    must match too); the tokens are the target's either way."""
+    out = tmp_path / "ab.json"
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--rev", "HEAD", "--limit", "1",
+                           "--max-new-tokens", "12", "--rounds", "1", "--methods", "ouroboros", "--temperature", "0.8",
+                           "--top-p", "0.95", "--old-draft", "assets/models/draft", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["old_draft"] == "assets/models/draft" and report["sampling"]["temperature"] == 0.8
+    forwards = report["methods"]["ouroboros"]["forwards"]
+    assert forwards["old"] == forwards["new"] > 0
 
 
 def test_ab_engine_samples_both_revisions_with_the_same_seeds(tmp_path):

@@ -1,6 +1,7 @@
 """The engine at another git revision against this one, in one process, on the same models and prompts.
 
     python3 -m ouroboros_core.tools.ab_engine --rev 68a2132 --out docs/bench-runs/layout-ab.json
+    python3 -m ouroboros_core.tools.ab_engine --rev HEAD --old-draft RUN/draft   # a draft against its successor
 
 Separate benchmark runs drift with the machine; here the two engines alternate prompt by prompt (the order
 flips every prompt and round), share the loaded target and draft, and must write the same tokens. Printed:
@@ -21,7 +22,7 @@ import time
 from io import BytesIO
 from pathlib import Path
 
-from ..models import load_engine
+from ..models import load_engine, load_model
 from .bench import humaneval_prompts
 from .corpus import heldout_prompts
 
@@ -74,14 +75,19 @@ def main(argv=None) -> int:
     parser.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1, help="prompt i samples with seed S + i in both revisions")
+    parser.add_argument("--old-draft", type=Path,
+                        help="the old side drafts with this folder's model (the draft the working tree's replaced)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     sampling = ({"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
                 if args.temperature else None)
     base = load_engine()
+    old_draft = base.draft
+    if args.old_draft:
+        old_draft = load_model(args.old_draft, base.target.device, base.target.dtype, trust_remote_code=False)
     with tempfile.TemporaryDirectory() as folder:
         old_engine = engine_class_at(args.rev, Path(folder))
-        engines = {"new": base, "old": old_engine(base.target, base.draft, base.tokenizer, name=base.name,
+        engines = {"new": base, "old": old_engine(base.target, old_draft, base.tokenizer, name=base.name,
                                                         defaults=base.defaults)}  # the same preset settings
         prompts = [item["prompt"] for item in (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)]
         for engine in engines.values():
@@ -90,6 +96,7 @@ def main(argv=None) -> int:
                                                           capture_output=True, text=True).stdout.strip(),
                   "prompts": len(prompts), "prompt_set": "heldout" if args.heldout else "humaneval",
                   "max_new_tokens": args.max_new_tokens, "sampling": sampling,
+                  "old_draft": str(args.old_draft) if args.old_draft else None,
                   "methods": {}}
         for method in args.methods.split(","):
             report["methods"][method] = alternate(engines, prompts, method, args.max_new_tokens, args.rounds,

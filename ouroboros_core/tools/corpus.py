@@ -64,18 +64,15 @@ def heldout_files() -> list[Path]:
     return sorted(root.rglob("*.py"))
 
 
-def heldout_prompts(limit: int | None = None) -> list[dict]:
-    """Function stubs the pair never saw, cut after their docstring as HumanEval's are: from pip's source,
-    one function per file (the first with a docstring and a body after it), dedented, spread evenly over the
-    files in path order. Each is {"id": "file:function", "prompt": ...}."""
+def function_stubs(paths: list[Path], root: Path, per_file: int | None = 1) -> list[dict]:
+    """Functions cut after their docstring, as HumanEval's stubs are: the first `per_file` in each file (all of
+    them with None) that have a docstring and a body after it, dedented, in path and line order. Each is
+    {"id": "file:function", "prompt": ...}."""
     import ast
     import textwrap
 
-    import pip
-
-    package = Path(pip.__file__).parent
     stubs = []
-    for path in heldout_files():
+    for path in paths:
         text = path.read_text(encoding="utf-8", errors="replace")
         try:
             tree = ast.parse(text)
@@ -83,11 +80,23 @@ def heldout_prompts(limit: int | None = None) -> list[dict]:
             continue
         lines = text.splitlines(keepends=True)
         functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        taken = 0
         for node in sorted(functions, key=lambda f: f.lineno):
+            if per_file is not None and taken == per_file:
+                break
             if ast.get_docstring(node) and len(node.body) > 1:
                 stub = textwrap.dedent("".join(lines[node.lineno - 1 : node.body[0].end_lineno]))
-                stubs.append({"id": f"{path.relative_to(package)}:{node.name}", "prompt": stub.rstrip() + "\n"})
-                break
+                stubs.append({"id": f"{path.relative_to(root)}:{node.name}", "prompt": stub.rstrip() + "\n"})
+                taken += 1
+    return stubs
+
+
+def heldout_prompts(limit: int | None = None) -> list[dict]:
+    """Function stubs the pair never saw: from pip's source, one function per file, spread evenly over the
+    files in path order."""
+    import pip
+
+    stubs = function_stubs(heldout_files(), Path(pip.__file__).parent)
     if limit and len(stubs) > limit:
         stubs = [stubs[i * len(stubs) // limit] for i in range(limit)]
     return stubs

@@ -211,6 +211,17 @@ def save_curve_chart(training: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def on_policy(stage: dict) -> str:
+    """What a stage trained with `--samples` learned from besides the corpus."""
+    if not stage.get("samples"):
+        return ""
+    samples = stage["samples"]
+    temperatures = ", ".join(f"{t:g}" for t in samples["temperatures"])
+    return (f"; {stage['config']['samples_share']:.0%} of each batch was the target's own writing: its "
+            f"continuations of {samples['count']:,} documented functions of the corpus ({samples['tokens']:,} "
+            f"tokens, temperatures {temperatures}, `target_samples`)")
+
+
 def card(figures: dict, training: dict) -> str:
     first, *continued = runs = stages(training)
     cfg = first["config"]
@@ -221,7 +232,8 @@ def card(figures: dict, training: dict) -> str:
     more = "".join(
         f" Then `train_pair --init` continued the {' and '.join(c['config']['models'])} alone from it for "
         f"{c['config']['steps']} steps (peak learning rate {c['config']['lr']}, {c['config']['warmup']} warm-up "
-        f"steps, cosine decay, distillation weight {c['config']['distill_weight']}), wall time {c['wall_s'] / 60:.0f} min." for c in continued)
+        f"steps, cosine decay, distillation weight {c['config']['distill_weight']}){on_policy(c)}, wall time "
+        f"{c['wall_s'] / 60:.0f} min." for c in continued)
     if continued:
         more += f" {sum(run['wall_s'] for run in runs) / 60:.0f} min in all."
     return f"""# The embedded demo pair

@@ -54,6 +54,10 @@ class TrainConfig:
     # bfloat16 autocast for the forward passes (weights, optimiser state and losses stay float32): 1.3x more
     # steps per hour on this CPU (AVX-512 BF16), measured side by side at the full shapes (1.72 vs 2.25 s/step)
     bf16: bool = True
+    # target_samples' JSON lines: the target's own continuations of corpus stubs, greedy and sampled. Batches
+    # then mix them in, so the draft also learns what the target writes, not only what people wrote.
+    samples: str | None = None
+    samples_share: float = 0.5  # of each batch's rows, the share cut from `samples`
 
 
 def build_model(shape: ModelShape, vocab_size: int, eos_id: int, seq_len: int):
@@ -113,6 +117,18 @@ def tokenized_corpus(cfg: TrainConfig, log):
     return docs, tokenizer, torch.tensor(ids, dtype=torch.long)
 
 
+def sample_stream(path: str, eos_id: int):
+    """target_samples' continuations as one id stream, each ending in EOS as the corpus files do."""
+    import torch
+
+    ids = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)["ids"]
+            ids += row if row[-1] == eos_id else row + [eos_id]
+    return torch.tensor(ids, dtype=torch.long)
+
+
 def initial_models(cfg: TrainConfig, vocab_size: int, eos_id: int):
     import torch
 
@@ -129,10 +145,10 @@ class PairTrainer:
     """Both models on the same batches: the target on the data, the draft on the data and on the target's
     (detached) next-token distribution. Models not in cfg.models stay frozen."""
 
-    def __init__(self, cfg: TrainConfig, target, draft, data):
+    def __init__(self, cfg: TrainConfig, target, draft, data, samples=None):
         import torch
 
-        self.cfg, self.target, self.draft, self.data = cfg, target, draft, data
+        self.cfg, self.target, self.draft, self.data, self.samples = cfg, target, draft, data, samples
         self.trains = {"target": "target" in cfg.models, "draft": "draft" in cfg.models}
         self.train_mode()
         self.opts = {
@@ -149,8 +165,13 @@ class PairTrainer:
         import torch
 
         cfg = self.cfg
-        starts = torch.randint(0, len(self.data) - cfg.seq_len - 1, (cfg.batch_size,), generator=self.gen)
-        batch = torch.stack([self.data[s : s + cfg.seq_len + 1] for s in starts.tolist()])
+        from_samples = round(cfg.batch_size * cfg.samples_share) if self.samples is not None else 0
+        rows = []
+        for stream, count in ((self.samples, from_samples), (self.data, cfg.batch_size - from_samples)):
+            if count:
+                starts = torch.randint(0, len(stream) - cfg.seq_len - 1, (count,), generator=self.gen)
+                rows += [stream[s : s + cfg.seq_len + 1] for s in starts.tolist()]
+        batch = torch.stack(rows)
         return batch[:, :-1], batch[:, 1:]  # inputs, labels: (B, T) each
 
     def step(self, step: int) -> dict:
@@ -218,7 +239,10 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     torch.manual_seed(cfg.seed)
     docs, tokenizer, data = tokenized_corpus(cfg, log)
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
-    trainer = PairTrainer(cfg, *initial_models(cfg, len(tokenizer), eos_id), data)
+    samples = sample_stream(cfg.samples, eos_id) if cfg.samples else None
+    if samples is not None:
+        log(f"target samples: {len(samples):,} tokens")
+    trainer = PairTrainer(cfg, *initial_models(cfg, len(tokenizer), eos_id), data, samples)
     history = []
     curve = []  # held-out figures as training goes: shows whether more steps would still help
     for step in range(cfg.steps):
@@ -233,6 +257,10 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     save_pair(out, trainer.target, trainer.draft, tokenizer, eos_id)
     summary = {"config": asdict(cfg), "corpus_files": len(docs), "corpus_chars": sum(map(len, docs)),
                "corpus_tokens": len(data), "wall_s": round(wall, 1), "history": history, "heldout_curve": curve}
+    if samples is not None:
+        lines = [line for line in Path(cfg.samples).read_text().splitlines() if line.strip()]
+        summary["samples"] = {"count": len(lines), "tokens": len(samples),
+                              "temperatures": sorted({json.loads(line)["temperature"] for line in lines})}
     if previous:  # the run this one continued, so the card can give the whole story
         summary["previous"] = previous
     (out / "training.json").write_text(json.dumps(summary, indent=1))
@@ -254,6 +282,10 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps")
     parser.add_argument("--distill-weight", type=float, default=None,
                         help="share of the draft's loss that is distillation from the target (0-1)")
+    parser.add_argument("--samples", type=Path, default=None,
+                        help="target_samples' JSON lines: the target's own text, mixed into every batch")
+    parser.add_argument("--samples-share", type=float, default=None,
+                        help="share of each batch's rows cut from --samples (0-1, default 0.5)")
     parser.add_argument("--fp32", action="store_true",
                         help="no bfloat16 autocast (for CPUs without native bfloat16, where it is slower)")
     args = parser.parse_args(argv)
@@ -268,7 +300,12 @@ def main(argv=None) -> None:
                           target=ModelShape(2, 64, 2, 128), draft=ModelShape(1, 64, 2, 128))
     if args.distill_weight is not None and not 0 <= args.distill_weight <= 1:
         parser.error(f"--distill-weight {args.distill_weight}: must be between 0 and 1")
+    if args.samples_share is not None and not 0 <= args.samples_share <= 1:
+        parser.error(f"--samples-share {args.samples_share}: must be between 0 and 1")
+    if args.samples and not args.samples.is_file():
+        parser.error(f"--samples {args.samples}: no such file (make one with ouroboros_core.tools.target_samples)")
     overrides = {"steps": args.steps, "lr": args.lr, "warmup": args.warmup, "distill_weight": args.distill_weight,
+                 "samples": str(args.samples) if args.samples else None, "samples_share": args.samples_share,
                  "init": str(args.init) if args.init else None,
                  "models": tuple(args.models) if args.models else None, "bf16": False if args.fp32 else None}
     cfg = replace(cfg, **{key: value for key, value in overrides.items() if value is not None})
