@@ -148,33 +148,37 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
     assert "| goal | wanted | measured | met |" in card and f"{figures['agreement']:.1%}" in card
     assert f"| 4 | {curve[-1]['target_bits_per_char']} |" in card
     assert (tmp_path / "a" / "training.png").read_bytes().startswith(b"\x89PNG")
+    check_on_policy_continuation(tmp_path / "a", tmp_path, env)
 
 
-    # On-policy distillation: the target continues corpus stubs (a rerun resumes, adding only what is missing),
-    # then the draft alone continues training on batches that mix those continuations in.
+def check_on_policy_continuation(run, tmp_path, env):
+    """On-policy distillation: the target of `run` continues corpus stubs (a rerun resumes, adding only what is
+    missing), then its draft alone continues training on batches that mix those continuations in."""
+    from transformers import AutoTokenizer
+
     samples = tmp_path / "samples.jsonl"
     for limit, lines in ((3, 3), (5, 5)):
         done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.target_samples", "--models",
-                               str(tmp_path / "a"), "--out", str(samples), "--limit", str(limit),
+                               str(run), "--out", str(samples), "--limit", str(limit),
                                "--max-new-tokens", "6", "--batch-size", "2"],
                               capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         rows = [json.loads(line) for line in samples.read_text().splitlines()]
         assert len(rows) == len({row["id"] for row in rows}) == lines
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "a" / "target")
+    tokenizer = AutoTokenizer.from_pretrained(run / "target")
     for row in rows:
         prompt = tokenizer.decode(row["ids"][: row["prompt_tokens"]])
         assert prompt.lstrip().startswith(("def ", "async def ")) and 0 < len(row["ids"]) - row["prompt_tokens"] <= 6
     assert {row["temperature"] for row in rows} == {0.0, 0.3, 0.8, 1.0}
     done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.train_pair", "--smoke", "--init",
-                           str(tmp_path / "a"), "--models", "draft", "--samples", str(samples), "--samples-share",
+                           str(run), "--models", "draft", "--samples", str(samples), "--samples-share",
                            "0.5", "--out", str(tmp_path / "c")], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     continued = json.loads((tmp_path / "c" / "training.json").read_text())
     assert continued["samples"]["count"] == 5 and continued["config"]["samples_share"] == 0.5
-    before, after = (load_file(tmp_path / run / "draft" / "model.safetensors") for run in ("a", "c"))
+    before, after = (load_file(folder / "draft" / "model.safetensors") for folder in (run, tmp_path / "c"))
     assert any((before[k] != after[k]).any() for k in before), "the draft did not train"
-    before, after = (load_file(tmp_path / run / "target" / "model.safetensors") for run in ("a", "c"))
+    before, after = (load_file(folder / "target" / "model.safetensors") for folder in (run, tmp_path / "c"))
     assert all((before[k] == after[k]).all() for k in before), "the frozen target changed"
     done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.train_pair", "--smoke", "--samples",
                            str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "d")],
