@@ -137,7 +137,7 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
 
     # The model card measures the run it finds: figures in card.json, the goals table in README.md.
     done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.pair_card", "--models", str(tmp_path / "a"),
-                           "--heldout-chars", "3000", "--humaneval-limit", "2"],
+                           "--heldout-chars", "3000", "--humaneval-limit", "2", "--on-policy-stubs", "2"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads((tmp_path / "a" / "card.json").read_text())
@@ -148,7 +148,22 @@ def test_train_pair_smoke_is_loadable_and_deterministic(tmp_path):
     assert "| goal | wanted | measured | met |" in card and f"{figures['agreement']:.1%}" in card
     assert f"| 4 | {curve[-1]['target_bits_per_char']} |" in card
     assert (tmp_path / "a" / "training.png").read_bytes().startswith(b"\x89PNG")
+    assert figures["on_policy_stubs"] == 2 and all(0 <= figures[f"on_policy_t{t}"] <= 1 for t in ("0", "0.3", "0.8"))
+    assert f"greedy agreement {figures['on_policy_t0']:.1%}" in " ".join(card.split())
     check_on_policy_continuation(tmp_path / "a", tmp_path, env)
+
+
+def test_on_policy_figures_are_one_for_a_draft_that_is_its_target():
+    """The overlap measure itself: a draft identical to the target guesses every token (1.0 greedy and sampled);
+    a different draft does not."""
+    from ouroboros_core import load_engine
+    from ouroboros_core.tools.pair_card import on_policy_figures
+
+    engine = load_engine(device="cpu")
+    same = on_policy_figures(engine.target, engine.target, engine.tokenizer, stubs=2, new_tokens=8)
+    assert same["on_policy_stubs"] == 2 and [same[f"on_policy_t{t}"] for t in ("0", "0.3", "0.8")] == [1.0] * 3
+    other = on_policy_figures(engine.target, engine.draft, engine.tokenizer, stubs=2, new_tokens=8)
+    assert all(0 < other[f"on_policy_t{t}"] < 1 for t in ("0.3", "0.8"))
 
 
 def check_on_policy_continuation(run, tmp_path, env):
@@ -212,7 +227,7 @@ def test_card_tells_a_continued_run_whole(tmp_path):
     assert "continued the draft alone from it for 2 steps" in text and "12 min in all" in text
     assert "| 6 | 2.9 | 3.1 |" in text
     assert "continued" not in pair_card.card(figures, first)
-    assert "target's own writing" not in text
+    assert "of each batch was the target's own writing" not in text
     continued["samples"] = {"count": 3200, "tokens": 812345, "temperatures": [0.0, 0.3, 0.8, 1.0]}
     continued["config"]["samples_share"] = 0.5
     assert ("50% of each batch was the target's own writing: its continuations of 3,200 documented functions of "

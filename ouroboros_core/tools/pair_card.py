@@ -61,6 +61,46 @@ def heldout_figures(target, draft, tokenizer, max_chars: int) -> dict:
     }
 
 
+ON_POLICY_TEMPERATURES = (0.0, 0.3, 0.8)
+
+
+def nucleus_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    from ..verify import nucleus
+
+    probs = nucleus(torch.softmax(logits.double() / temperature, dim=-1), top_p)
+    return probs / probs.sum(dim=-1, keepdim=True)
+
+
+@torch.no_grad()
+def on_policy_figures(target, draft, tokenizer, stubs: int, new_tokens: int = 128, seed: int = 123) -> dict:
+    """How often the draft could guess the target's next token where it is asked to: teacher-forced on the
+    target's own continuations of held-out (pip) stubs, greedy and sampled. Greedy: the two argmaxes agree;
+    sampled (top-p 0.95): the overlap of the two nucleus distributions, 1 - total variation, the most often any
+    way of coupling a draft's guess with the target's sample can be right."""
+    from .corpus import heldout_prompts
+    from .target_samples import TOP_P, sample_batch
+
+    torch.manual_seed(seed)
+    prompts = [stub["prompt"] for stub in heldout_prompts(stubs)]
+    figures = {"on_policy_stubs": len(prompts), "on_policy_new_tokens": new_tokens}
+    for temperature in ON_POLICY_TEMPERATURES:
+        hits = positions = 0.0
+        for start in range(0, len(prompts), 32):
+            batch = prompts[start : start + 32]
+            for prompt, ids in zip(batch, sample_batch(target, tokenizer, batch, temperature, new_tokens)):
+                cut = len(tokenizer(prompt)["input_ids"])
+                x = torch.tensor([ids])
+                logits = [model(input_ids=x).logits[0, cut - 1 : -1].float() for model in (target, draft)]
+                if temperature:
+                    overlap = torch.minimum(*(nucleus_distribution(row, temperature, TOP_P) for row in logits))
+                    hits += overlap.sum().item()
+                else:
+                    hits += (logits[0].argmax(-1) == logits[1].argmax(-1)).sum().item()
+                positions += len(logits[0])
+        figures[f"on_policy_t{temperature:g}"] = round(hits / positions, 4)
+    return figures
+
+
 @torch.no_grad()
 def one_token_latency_ms(models: dict, context: int = 200, rounds: int = 8, repeats: int = 15) -> dict:
     """Median one-token forward time of each model with a KV cache of `context` tokens, in ms.
@@ -222,6 +262,16 @@ def on_policy(stage: dict) -> str:
             f"tokens, temperatures {temperatures}, `target_samples`)")
 
 
+def on_policy_line(f: dict) -> str:
+    if "on_policy_t0" not in f:  # cards measured before the figure existed
+        return ""
+    return (f"- **On the target's own writing** (teacher-forced on its {f['on_policy_new_tokens']}-token "
+            f"continuations of {f['on_policy_stubs']} held-out stubs, `on_policy_figures`): greedy agreement "
+            f"{f['on_policy_t0']:.1%}; sampled at top-p 0.95, the overlap of the two distributions (1 - total "
+            f"variation, the best a guess can be right) {f['on_policy_t0.3']:.1%} at temperature 0.3, "
+            f"{f['on_policy_t0.8']:.1%} at 0.8.\n")
+
+
 def card(figures: dict, training: dict) -> str:
     first, *continued = runs = stages(training)
     cfg = first["config"]
@@ -265,7 +315,7 @@ Two small Llama-architecture causal LMs that share one byte-level BPE tokenizer,
 - **Held-out**: {f['heldout_chars']:,} characters of pip's own source (an installed PyPI package, not
   in the corpus), in windows of 256 tokens.
 - **Draft/target agreement** (greedy next token, teacher-forced on held-out): {f['agreement']:.1%}.
-- **Latency ratio** target/draft: {f['latency_ratio']:.2f}x.
+{on_policy_line(f)}- **Latency ratio** target/draft: {f['latency_ratio']:.2f}x.
 - **HumanEval stubs**: the target's greedy completion (128 tokens) gives a function body of two or more
   lines that `ast.parse` accepts for {f['humaneval_bodies_parsing']} of {f['humaneval_problems']} problems
   ({f['humaneval_parse_rate']:.0%}).
@@ -282,6 +332,8 @@ def main(argv=None) -> None:
     parser.add_argument("--models", type=Path, default=MODELS)
     parser.add_argument("--heldout-chars", type=int, default=300_000)
     parser.add_argument("--humaneval-limit", type=int, default=None)
+    parser.add_argument("--on-policy-stubs", type=int, default=96,
+                        help="held-out stubs the target continues for the on-policy figures (0: skip them)")
     parser.add_argument("--training", type=Path, help="training.json of the run (default: MODELS/training.json)")
     args = parser.parse_args(argv)
     from ..models import load_engine
@@ -298,6 +350,8 @@ def main(argv=None) -> None:
     figures["latency_ratio"] = round(figures["target_latency_ms"] / figures["draft_latency_ms"], 3)
     figures.update(heldout_figures(target, draft, tokenizer, args.heldout_chars))
     figures.update(humaneval_parse_rate(engine, limit=args.humaneval_limit))
+    if args.on_policy_stubs:
+        figures.update(on_policy_figures(target, draft, tokenizer, args.on_policy_stubs))
     print(json.dumps(figures, indent=1))
     training = json.loads((args.training or args.models / "training.json").read_text())
     (args.models / "README.md").write_text(card(figures, training))
