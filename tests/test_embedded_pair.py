@@ -107,7 +107,7 @@ def test_the_drafts_estimated_chances_match_how_often_its_guesses_are_the_target
                 predicted[rank] += chances[rank]
                 right[rank] += int(ids[row, rank]) == token
         positions += len(out)
-    # Measured: first guess 0.61 estimated, 0.65 right; second 0.14 and 0.17 (192 positions).
+    # Measured with the distilled draft: first guess 0.68 estimated, 0.69 right; second 0.14 and 0.15 (192 positions).
     assert right[0] / positions > 0.5, right
     for rank, tolerance in ((0, 0.08), (1, 0.06)):
         assert abs(predicted[rank] - right[rank]) / positions < tolerance, (rank, predicted, right, positions)
