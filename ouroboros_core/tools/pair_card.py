@@ -87,8 +87,7 @@ def on_policy_figures(target, draft, tokenizer, stubs: int, new_tokens: int = 12
         hits = positions = 0.0
         for start in range(0, len(prompts), 32):
             batch = prompts[start : start + 32]
-            for prompt, ids in zip(batch, sample_batch(target, tokenizer, batch, temperature, new_tokens)):
-                cut = len(tokenizer(prompt)["input_ids"])
+            for cut, ids in sample_batch(target, tokenizer, batch, temperature, new_tokens):
                 x = torch.tensor([ids])
                 logits = [model(input_ids=x).logits[0, cut - 1 : -1].float() for model in (target, draft)]
                 if temperature:

@@ -35,9 +35,10 @@ def stub_prompts(limit: int | None, seed: int, max_chars: int = 1500) -> list[di
     return stubs[:limit] if limit else stubs
 
 
-def sample_batch(target, tokenizer, prompts: list[str], temperature: float, max_new_tokens: int) -> list[list[int]]:
-    """The target's continuations of a batch of prompts (left-padded together), each cut after its first EOS;
-    prompt + continuation ids per prompt."""
+def sample_batch(target, tokenizer, prompts: list[str], temperature: float,
+                 max_new_tokens: int) -> list[tuple[int, list[int]]]:
+    """The target's continuations of a batch of prompts (left-padded together), each cut after its first EOS:
+    (prompt tokens, prompt + continuation ids) per prompt."""
     import torch
 
     eos = tokenizer.convert_tokens_to_ids(EOS)
@@ -53,7 +54,7 @@ def sample_batch(target, tokenizer, prompts: list[str], temperature: float, max_
     for ids, row in zip(encoded, out[:, width:].tolist()):
         if eos in row:
             row = row[: row.index(eos) + 1]
-        rows.append(ids + row)
+        rows.append((len(ids), ids + row))
     return rows
 
 
@@ -76,8 +77,7 @@ def write_samples(target, tokenizer, stubs: list[dict], out: Path, max_new_token
         temperature = batch[0][1]
         rows = sample_batch(target, tokenizer, [stub["prompt"] for stub, _ in batch], temperature, max_new_tokens)
         with out.open("a") as file:
-            for (stub, _), ids in zip(batch, rows):
-                prompt_tokens = len(tokenizer(stub["prompt"])["input_ids"])
+            for (stub, _), (prompt_tokens, ids) in zip(batch, rows):
                 new_tokens += len(ids) - prompt_tokens
                 file.write(json.dumps({"id": stub["id"], "temperature": temperature,
                                        "prompt_tokens": prompt_tokens, "ids": ids}) + "\n")

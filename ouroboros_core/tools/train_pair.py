@@ -118,15 +118,16 @@ def tokenized_corpus(cfg: TrainConfig, log):
 
 
 def sample_stream(path: str, eos_id: int):
-    """target_samples' continuations as one id stream, each ending in EOS as the corpus files do."""
+    """target_samples' continuations as one id stream, each ending in EOS as the corpus files do, and what the
+    file held (for training.json)."""
     import torch
 
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     ids = []
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)["ids"]
-            ids += row if row[-1] == eos_id else row + [eos_id]
-    return torch.tensor(ids, dtype=torch.long)
+    for row in rows:
+        ids += row["ids"] if row["ids"][-1] == eos_id else row["ids"] + [eos_id]
+    about = {"count": len(rows), "tokens": len(ids), "temperatures": sorted({row["temperature"] for row in rows})}
+    return torch.tensor(ids, dtype=torch.long), about
 
 
 def initial_models(cfg: TrainConfig, vocab_size: int, eos_id: int):
@@ -239,7 +240,7 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     torch.manual_seed(cfg.seed)
     docs, tokenizer, data = tokenized_corpus(cfg, log)
     eos_id = tokenizer.convert_tokens_to_ids(EOS)
-    samples = sample_stream(cfg.samples, eos_id) if cfg.samples else None
+    samples, about_samples = sample_stream(cfg.samples, eos_id) if cfg.samples else (None, None)
     if samples is not None:
         log(f"target samples: {len(samples):,} tokens")
     trainer = PairTrainer(cfg, *initial_models(cfg, len(tokenizer), eos_id), data, samples)
@@ -257,10 +258,8 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     save_pair(out, trainer.target, trainer.draft, tokenizer, eos_id)
     summary = {"config": asdict(cfg), "corpus_files": len(docs), "corpus_chars": sum(map(len, docs)),
                "corpus_tokens": len(data), "wall_s": round(wall, 1), "history": history, "heldout_curve": curve}
-    if samples is not None:
-        lines = [line for line in Path(cfg.samples).read_text().splitlines() if line.strip()]
-        summary["samples"] = {"count": len(lines), "tokens": len(samples),
-                              "temperatures": sorted({json.loads(line)["temperature"] for line in lines})}
+    if about_samples:
+        summary["samples"] = about_samples
     if previous:  # the run this one continued, so the card can give the whole story
         summary["previous"] = previous
     (out / "training.json").write_text(json.dumps(summary, indent=1))
