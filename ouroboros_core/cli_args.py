@@ -31,7 +31,10 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
                         help="Ouroboros, sampled: draft on while the whole trunk's estimated chance is above this "
                              "times the tokens a step committed lately")
     parser.add_argument("--second-above", type=float,
-                        help="Ouroboros: verify the draft's second choices above this probability (1: never)")
+                        help="Ouroboros: verify the draft's next choices whose chance of standing is above this (1: never)")
+    parser.add_argument("--lookup-above", type=float,
+                        help="Ouroboros: end the lookup branch where a token's estimated chance of standing is at "
+                             "most this (0: always L tokens)")
 
 
 def method_options(args, method: str) -> dict:
@@ -41,7 +44,7 @@ def method_options(args, method: str) -> dict:
             options[name] = getattr(args, name)
     knobs = {"speculative": ["gamma"], "ouroboros": ["gamma", "window", "ngram", "guess_set", "branches", "lookup",
                                                     "draft_candidates", "max_trunk", "extend_above", "extend_chance",
-                                                    "second_above"]}
+                                                    "second_above", "lookup_above"]}
     for name in knobs.get(method, []):
         value = getattr(args, name, None)
         if value is not None:

@@ -67,14 +67,17 @@ class OuroborosConfig:
     extend_above: float = 0.4  # sure: its probability for that token is above this (1.0: never)
     extend_chance: float = 0.16  # sampled, sure instead: the estimated chance that the whole trunk so far is the
     #                              target's sample is above this times the tokens a step committed lately
-    second_above: float = 0.1  # the draft's second choice where its probability is above this is verified too,
-    #                            as a one-token branch in place of the first (1.0: never)
+    second_above: float = 0.1  # the draft's next choices (up to 3) whose chance of standing is above this are
+    #                            verified too, as one-token branches in place of its first (1.0: never)
     lookup: int = 12  # L: one more branch, up to L tokens that followed the earlier occurrence matching most of
     #                   the text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases
+    lookup_above: float = 0.05  # sampled, the lookup branch ends before the first token whose estimated chance of
+    #                             standing (how far this request's copies stood, and how likely the target reaches
+    #                             it) is at most this (0: always L tokens; greedy always keeps L)
 
     def __post_init__(self):
         _validate_ints(self)
-        for name in ("extend_above", "extend_chance", "second_above"):
+        for name in ("extend_above", "extend_chance", "second_above", "lookup_above"):
             check_float(name, getattr(self, name), 0.0, 1.0)
         if not isinstance(self.prompt_lookup, bool):
             raise ConfigError(f"prompt_lookup must be true or false, got {self.prompt_lookup!r}")

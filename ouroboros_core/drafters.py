@@ -6,6 +6,7 @@ the target's verdict. The decode loop in engine.py is the same for all three.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -93,9 +94,14 @@ class Speculative(Vanilla):
 COPY_RUN = 4  # tokens accepted from a context-lookup branch that switch the drafter to copying
 
 
-def context_lookup(sequence: list[int], length: int, longest: int = 4, scan: int = 4096) -> list[int]:
+LOOKUP_LONGEST = 4  # context lookup matches up to this many of the text's last tokens
+
+
+def context_lookup(sequence: list[int], length: int, longest: int = LOOKUP_LONGEST,
+                   scan: int = 4096) -> tuple[list[int], int]:
     """Up to `length` tokens that followed an earlier occurrence of the sequence's last tokens (prompt lookup,
-    as in Saxena 2023), searched over the last `scan` tokens; [] if none.
+    as in Saxena 2023), searched over the last `scan` tokens, and how many tokens that occurrence matched;
+    ([], 0) if none.
 
     The occurrence that matches the most of the sequence's tail (one token at least, `longest` at most)
     wins: after `return self.` the tokens that followed `self.` anywhere are a weaker guess than those that
@@ -117,7 +123,40 @@ def context_lookup(sequence: list[int], length: int, longest: int = 4, scan: int
             best = (matched, have, start)
             if matched == longest and have == length:
                 break
-    return sequence[best[2] : best[2] + best[1]]
+    return sequence[best[2] : best[2] + best[1]], best[0]
+
+
+class LookupTrust:
+    """How far one request's context-lookup copies have stood, by how many tokens they matched: at each depth of
+    a copy, how many copies the target reached there and how many of those tokens it kept.
+
+    A copy after one matching token is right a few tokens on at best (embedded pair, HumanEval at T 0.8: of the
+    copies reached, 28%, 18%, 9%, 4% kept their first to fourth tokens, 2% the seventh); after four, it often
+    runs to the end (58%, 52%, 42%, 30%, ... 14% at the tenth). At T 0.3 and greedy, copies run further. Each
+    request learns its own rates, starting from trusting a copy (80% per token) until the verdicts say otherwise.
+    """
+
+    PRIOR = (1.0, 1.25)  # (kept, reached) pseudo-counts at every depth
+
+    def __init__(self, longest: int, length: int):
+        self.kept = [[0] * length for _ in range(longest + 1)]
+        self.reached = [[0] * length for _ in range(longest + 1)]
+
+    def length(self, matched: int, reach: float, most: int, above: float) -> int:
+        """How many of a copy's tokens have a chance above `above` of standing, where the copy is reached with
+        chance `reach` (at most `most`)."""
+        chance, kept, reached = reach, self.kept[matched], self.reached[matched]
+        for depth in range(most):
+            chance *= (kept[depth] + self.PRIOR[0]) / (reached[depth] + self.PRIOR[1])
+            if chance <= above:
+                return depth
+        return most
+
+    def observe(self, matched: int, length: int, accepted: int) -> None:
+        """A copy of `length` tokens was reached and its first `accepted` tokens stood."""
+        for depth in range(min(accepted + 1, length)):
+            self.reached[matched][depth] += 1
+            self.kept[matched][depth] += depth < accepted
 
 
 # The chance that the target's sample is the draft's k-th keyed guess (see verify.draft_guesses): RANK_SHARE *
@@ -127,6 +166,7 @@ def context_lookup(sequence: list[int], length: int, longest: int = 4, scan: int
 # predicted, 0.680 right at 0.8, 0.749 and 0.755 at 0.3; second 0.139 / 0.132 and 0.116 / 0.108.
 RANK_SHARE = 0.97
 SCORED = 8
+ALTERNATIVES = 3  # the draft's choices after its first that may stand in for it as one-token branches
 
 
 def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -156,6 +196,8 @@ class Ouroboros(Vanilla):
         self.looked_up = False  # the latest proposal's first branch came from context lookup
         self.copying = False  # the text is repeating itself: let lookup lead and skip the draft forward
         self.recent_tokens = 3.0  # tokens a step committed lately (a moving average over the verdicts)
+        self.trust = LookupTrust(LOOKUP_LONGEST, config.lookup)
+        self.lookup_at = (0, 0, 0)  # the latest proposal's copy: (tokens it matched, where it hangs, its length)
 
     def start(self, prompt_ids: list[int]) -> None:
         if self.config.prompt_lookup:
@@ -168,10 +210,10 @@ class Ouroboros(Vanilla):
     def propose(self, committed: list[int], limit: int) -> Proposal:
         cfg = self.config
         # What followed the text's last two tokens before (prompt or text so far): cheap, and long.
-        found = []
+        found, matched = [], 0
         if cfg.lookup and cfg.prompt_lookup and limit > 0:
-            found = context_lookup(committed, min(cfg.lookup, limit))
-        trunk, sources, branches, attach = self._chain(committed, limit)
+            found, matched = context_lookup(committed, min(cfg.lookup, limit))
+        trunk, sources, branches, attach, stands = self._chain(committed, limit)
         branch_sources = [Source.DRAFT] * len(branches)
         room = limit - len(trunk)
         # The lookup branch hangs where it parts from the draft's trunk, so the target can walk it
@@ -179,7 +221,14 @@ class Ouroboros(Vanilla):
         common = 0
         while common < min(len(found), len(trunk)) and found[common] == trunk[common]:
             common += 1
+        if cfg.lookup_above > 0 and not self.sampler.greedy and len(found) > common:
+            # The copy is walked where the trunk's first `common` tokens stand and the next does not. Greedy, the
+            # draft's probabilities are no such chances (its argmax is the target's far more often than they
+            # say): a greedy copy keeps its L tokens.
+            reach = math.prod(stands[:common]) * (1.0 - stands[common] if common < len(trunk) else 1.0)
+            found = found[: common + self.trust.length(matched, reach, len(found) - common, cfg.lookup_above)]
         self.looked_up = len(found) > common
+        self.lookup_at = (matched, common, len(found) - common)
         if self.looked_up:
             branches.insert(0, found[common:])
             branch_sources.insert(0, Source.PROMPT)
@@ -203,8 +252,8 @@ class Ouroboros(Vanilla):
         return Proposal(trunk, sources, branches, branch_sources, attach)
 
     def _chain(self, committed: list[int], limit: int):
-        """The draft's trunk, phrase by phrase, and its second choices where it hesitated as one-token branches.
-        Returns (trunk, its sources, branches, attach)."""
+        """The draft's trunk, phrase by phrase, and its other likely choices where it hesitated as one-token
+        branches. Returns (trunk, its sources, branches, attach, each trunk token's chance of standing)."""
         cfg = self.config
         sequence = list(committed)
         trunk: list[int] = []
@@ -214,10 +263,13 @@ class Ouroboros(Vanilla):
         want = 0 if self.copying else min(cfg.gamma, limit)
         most = 0 if self.copying else min(max(cfg.max_trunk, want), limit)
         sure, chance = True, 1.0
-        alternatives = []  # (trunk position, the draft's second choice there, its probability)
+        alternatives = []  # (trunk position, another of the draft's choices there, its chance of standing)
+        stands: list[float] = []  # each trunk token's estimated chance of standing, once the tokens before it stood
         while len(trunk) < want or (sure and len(trunk) < most):
-            new, new_sources, (first_p, second, second_p) = self._draft_step(sequence)
-            alternatives.append((len(trunk) + len(new) - 1, second, second_p))
+            new, new_sources, (first_p, others) = self._draft_step(sequence)
+            # An alternative is walked only where the trunk before it stood: weigh it by that chance too.
+            alternatives += [(len(trunk) + len(new) - 1, token, p * chance) for token, p in others]
+            stands += [1.0] * (len(new) - 1) + [first_p]  # a pool phrase the draft verified: taken as sure
             trunk += new
             sources += new_sources
             sequence += new
@@ -227,15 +279,14 @@ class Ouroboros(Vanilla):
             sure = (first_p > cfg.extend_above if self.sampler.greedy
                     else chance > cfg.extend_chance * self.recent_tokens)
         trunk, sources = trunk[:limit], sources[:limit]
-        # Where the draft hesitated, its second choice as a one-token branch in place of its first: the target
-        # walks it if it rejects the first and picks the second, in the same forward.
-        chosen = [(at, second) for at, second, second_p in alternatives
-                  if at < len(trunk) and second_p > cfg.second_above]
-        return trunk, sources, [[second] for _, second in chosen], [at for at, _ in chosen]
+        # Where the draft hesitated, its other likely choices as one-token branches in place of its first: the
+        # target walks one if it rejects the first and picks that one, in the same forward.
+        chosen = [(at, token) for at, token, p in alternatives if at < len(trunk) and p > cfg.second_above]
+        return trunk, sources, [[token] for _, token in chosen], [at for at, _ in chosen], stands[:limit]
 
-    def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source], tuple[float, int, float]]:
+    def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source], tuple[float, list]]:
         """One draft forward: the next token, or a verified pool phrase plus the token after it; and at that
-        last token, the draft's probability for it, its second choice and that one's probability."""
+        last token, the chance that the target picks it and the draft's next choices with theirs."""
         cfg = self.config
         candidates = [(phrase, source) for phrase, source in self.pool.lookup(sequence[-1], cfg.draft_candidates)
                       if self.runner.readable(phrase)]  # the pool also holds the target's tokens
@@ -271,26 +322,29 @@ class Ouroboros(Vanilla):
             matched = phrases[verdict.branch][: verdict.branch_accepted]
             source = candidates[verdict.branch][1]
             row = rows[verdict.branch] + verdict.branch_accepted - 1
-        choices = self._choices(logits[row]) if sampler.greedy else self._choices(keyed[row], ids[row, 1])
+        choices = self._choices(logits[row]) if sampler.greedy else self._choices(keyed[row], ids[row])
         return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], choices
 
-    def _choices(self, scores: torch.Tensor, second: torch.Tensor | None = None) -> tuple[float, int, float]:
-        """How likely the target is to pick the draft's first choice, the draft's second choice and how likely
-        the target is to pick that one; read only where the settings use them (one transfer from the device).
+    def _choices(self, scores: torch.Tensor, ids: torch.Tensor | None = None) -> tuple[float, list[tuple[int, float]]]:
+        """How likely the target is to pick the draft's first choice, and the draft's next ALTERNATIVES choices
+        with how likely the target is to pick each; read only where the settings use them (one transfer from
+        the device).
 
         Greedy: the draft's own probabilities (scores: its logits). Sampled (scores: its best keyed scores, best
-        first; second: the second's id; see verify.position_noise): guess_chances, fitted to the embedded
-        pair. Either only steers how far to draft and which branches to add, never what is accepted."""
+        first; ids: their token ids; see verify.position_noise): guess_chances, fitted to the embedded pair.
+        Either only steers how far to draft and which branches to add, never what is accepted."""
         cfg = self.config
-        if cfg.max_trunk <= cfg.gamma and cfg.second_above >= 1.0:
-            return 1.0, -1, 0.0
+        trims = cfg.lookup and cfg.lookup_above > 0 and not self.sampler.greedy
+        if cfg.max_trunk <= cfg.gamma and cfg.second_above >= 1.0 and not trims:
+            return 1.0, []
         if self.sampler.greedy:
-            values, indices = torch.softmax(scores.float(), dim=-1).topk(2)
-            first_p, second_p, _, second = torch.cat([values.double(), indices.double()]).tolist()
-            return first_p, int(second), second_p
-        chances = guess_chances(scores, self.sampler.temperature)[:2]
-        first_p, second_p, token = torch.cat([chances, second[None].double()]).tolist()
-        return first_p, int(token), second_p
+            chances, ids = torch.softmax(scores.float(), dim=-1).topk(1 + ALTERNATIVES)
+        else:
+            chances, ids = guess_chances(scores, self.sampler.temperature)[: 1 + ALTERNATIVES], ids[: 1 + ALTERNATIVES]
+        values = torch.cat([chances.double(), ids.double()]).tolist()
+        count = len(values) // 2
+        first_p, *others = values[:count]
+        return first_p, [(int(token), p) for token, p in zip(values[count + 1 :], others)]
 
     def _advance_window(self, newest: list[int]) -> None:
         if len(self.levels) == self.config.ngram - 1:
@@ -307,6 +361,9 @@ class Ouroboros(Vanilla):
         # A long run accepted from context lookup means the text repeats: the next step copies without
         # asking the draft; the first step where lookup does not pay returns to drafting.
         self.copying = self.looked_up and verdict.branch == 0 and verdict.branch_accepted >= COPY_RUN
+        matched, hangs, length = self.lookup_at
+        if self.looked_up and verdict.trunk_accepted == hangs:  # the target reached the copy
+            self.trust.observe(matched, length, verdict.branch_accepted if verdict.branch == 0 else 0)
         self.recent_tokens = 0.8 * self.recent_tokens + 0.2 * (len(committed) - old_length)
         if accepted < len(proposal.trunk):
             # The target's tokens over a rejected tail are mostly right, if misplaced: pool them.

@@ -71,7 +71,8 @@ def test_every_method_equals_the_targets_own_generate(engine, prompt):
 
 def test_the_draft_goes_on_while_sure_and_its_second_choices_stand_in(engine):
     """The pair's own settings (max_trunk 6, extend_above 0.2, second_above 0.1): over these prompts some trunks
-    run past one draft token, and some steps walk a second choice, with outputs still the target's own."""
+    run past one draft token, and some steps walk another of the draft's choices, with outputs still the target's
+    own."""
     extended = walked_second = 0
     for prompt in PROMPTS:
         result = engine.generate(prompt, "ouroboros", N)
@@ -81,7 +82,7 @@ def test_the_draft_goes_on_while_sure_and_its_second_choices_stand_in(engine):
             if step.branch is not None and len(step.branches[step.branch]) == 1:
                 walked_second += step.branches[step.branch][0].source == Source.DRAFT
     assert extended > 0 and walked_second > 0, (extended, walked_second)
-    # With both turned off the trunk is one draft forward and no branch is a second choice.
+    # With both turned off the trunk is one draft forward and no branch is another choice.
     off = engine.generate(PROMPTS[0], "ouroboros", N, max_trunk=1, second_above=1.0)
     assert all(len(b) > 1 or b[0].source != Source.DRAFT for step in off.events for b in step.branches)
 
@@ -111,3 +112,53 @@ def test_the_drafts_estimated_chances_match_how_often_its_guesses_are_the_target
     assert right[0] / positions > 0.5, right
     for rank, tolerance in ((0, 0.08), (1, 0.06)):
         assert abs(predicted[rank] - right[rank]) / positions < tolerance, (rank, predicted, right, positions)
+
+
+def alternatives(step) -> dict[int, list[int]]:
+    """The step's one-token draft branches (the draft's other choices), by the trunk position they stand in for."""
+    found: dict[int, list[int]] = {}
+    for branch, at in zip(step.branches, step.attach):
+        if len(branch) == 1 and branch[0].source == Source.DRAFT:
+            found.setdefault(at, []).append(branch[0].id)
+    return found
+
+
+def test_sampled_the_drafts_third_choices_stand_in_too(engine):
+    """Sampled with a low bar (second_above 0.03), some trunk positions get two or more of the draft's other
+    choices, and the target walks one that is not the first of them; each sampled output equals the engine's
+    vanilla lane with the same seed."""
+    crowded = walked_later = 0
+    for seed, prompt in enumerate(PROMPTS):
+        options = {"temperature": 0.8, "top_p": 0.95, "seed": seed}
+        result = engine.generate(prompt, "ouroboros", N, second_above=0.03, **options)
+        assert result.token_ids == engine.generate(prompt, "vanilla", N, **options).token_ids
+        for step in result.events:
+            found = alternatives(step)
+            crowded += any(len(tokens) > 1 for tokens in found.values())
+            if step.branch is not None and step.branches[step.branch][0].source == Source.DRAFT:
+                walked = step.branches[step.branch]
+                at = step.attach[step.branch]
+                walked_later += len(walked) == 1 and found[at].index(walked[0].id) > 0
+    assert crowded > 0 and walked_later > 0, (crowded, walked_later)
+
+
+def test_sampled_lookup_copies_are_trimmed_to_what_stands_and_greedy_ones_are_not(engine):
+    """lookup_above (0.05 by default): sampled, a context-lookup copy ends where its estimated chance of standing
+    falls to the bar, so the pair verifies fewer copied tokens than with the bar at 0, and writes the same tokens.
+    Greedy, copies keep their L tokens whatever the bar."""
+    def copied(result) -> int:
+        return sum(len(b) for step in result.events for b in step.branches if b and b[0].source == Source.PROMPT)
+
+    sampled = {"temperature": 0.8, "top_p": 0.95, "seed": 3}
+    for prompt in PROMPTS:
+        trimmed = engine.generate(prompt, "ouroboros", N, **sampled)
+        whole = engine.generate(prompt, "ouroboros", N, lookup_above=0.0, **sampled)
+        assert trimmed.token_ids == whole.token_ids
+        greedy = [engine.generate(prompt, "ouroboros", N, lookup_above=above) for above in (0.0, 0.5)]
+        assert greedy[0].token_ids == greedy[1].token_ids and copied(greedy[0]) == copied(greedy[1])
+    # Over the prompts together: the repeating get_c prompt copies far, the others hardly.
+    totals = [0, 0]
+    for prompt in PROMPTS:
+        totals[0] += copied(engine.generate(prompt, "ouroboros", N, **sampled))
+        totals[1] += copied(engine.generate(prompt, "ouroboros", N, lookup_above=0.0, **sampled))
+    assert totals[0] < totals[1], totals

@@ -85,8 +85,11 @@ def test_partial_acceptance_with_a_noisy_draft(make_engine, models, reference, a
     engine = make_engine(arch, "noisy")
     for method in ("speculative", "ouroboros"):
         accepted = drafted = 0
+        # Ouroboros without its one-token alternatives: the noisy draft's next choices would stand in for nearly
+        # every rejected token (the walked path then holds no rejection to count).
+        options = {"second_above": 1.0} if method == "ouroboros" else {}
         for prompt in PROMPTS:
-            result = run(engine, prompt, method)
+            result = run(engine, prompt, method, **options)
             assert result.token_ids == reference(models.target(arch), prompt, N)
             accepted += result.stats.accepted_tokens
             drafted += result.stats.drafted_tokens

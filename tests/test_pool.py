@@ -92,15 +92,15 @@ def test_context_lookup_prefers_the_latest_match_with_a_full_continuation():
     from ouroboros_core.drafters import context_lookup
 
     seq = [1, 2, 3, 4, 5, 9, 1, 2, 7, 1, 2]
-    assert context_lookup(seq, 2) == [7, 1]  # the latest earlier [1, 2] has two tokens after it
-    assert context_lookup(seq, 4) == [3, 4, 5, 9]  # only the first [1, 2] has four
-    assert context_lookup(seq, 4, scan=6) == [7, 1, 2]  # the first [1, 2] is out of the window: the longest in it
-    assert context_lookup([1, 2, 3], 4) == []
-    assert context_lookup([2], 4) == []
-    assert context_lookup([2, 2], 4) == [2]  # one token matched is a match
+    assert context_lookup(seq, 2)[0] == [7, 1]  # the latest earlier [1, 2] has two tokens after it
+    assert context_lookup(seq, 4)[0] == [3, 4, 5, 9]  # only the first [1, 2] has four
+    assert context_lookup(seq, 4, scan=6)[0] == [7, 1, 2]  # the first [1, 2] is out of the window: the longest in it
+    assert context_lookup([1, 2, 3], 4)[0] == []
+    assert context_lookup([2], 4)[0] == []
+    assert context_lookup([2, 2], 4)[0] == [2]  # one token matched is a match
     # A short period: the latest match sits right at the end, an earlier one gives the full run.
     run = [8] + [5, 6] * 6
-    assert context_lookup(run, 6) == [5, 6, 5, 6, 5, 6]
+    assert context_lookup(run, 6)[0] == [5, 6, 5, 6, 5, 6]
 
 
 def test_context_lookup_prefers_the_occurrence_that_matches_more_of_the_tail():
@@ -108,7 +108,26 @@ def test_context_lookup_prefers_the_occurrence_that_matches_more_of_the_tail():
 
     # After [4, 1, 2]: the [4, 1, 2] at the start (three tokens matched) beats the later [1, 2] and [2].
     seq = [4, 1, 2, 30, 31, 9, 2, 40, 1, 2, 50, 51, 4, 1, 2]
-    assert context_lookup(seq, 2) == [30, 31]
-    assert context_lookup(seq, 2, longest=2) == [50, 51]  # matching two at most: the latest [1, 2]
-    assert context_lookup(seq, 2, longest=1) == [50, 51]  # [2]'s latest occurrence
-    assert context_lookup([7, 8, 9, 7], 3) == [8, 9, 7]  # only the last token matches: still a continuation
+    assert context_lookup(seq, 2) == ([30, 31], 3)  # with how many tokens it matched
+    assert context_lookup(seq, 2, longest=2) == ([50, 51], 2)  # matching two at most: the latest [1, 2]
+    assert context_lookup(seq, 2, longest=1) == ([50, 51], 1)  # [2]'s latest occurrence
+    assert context_lookup([7, 8, 9, 7], 3) == ([8, 9, 7], 1)  # only the last token matches: still a continuation
+    assert context_lookup([1, 2, 3], 4) == ([], 0)
+
+
+def test_lookup_trust_learns_how_far_copies_stand_by_how_much_they_matched():
+    from ouroboros_core.drafters import LookupTrust
+
+    trust = LookupTrust(longest=4, length=12)
+    # Untried, a copy is trusted (80% a token): all 12 tokens while reached for sure, fewer when rarely reached.
+    assert trust.length(1, 1.0, 12, 0.05) == 12
+    assert trust.length(1, 0.2, 12, 0.05) == 6  # 0.2 * 0.8 ** 6 = 0.052, ** 7 = 0.042
+    assert trust.length(1, 1.0, 5, 0.05) == 5  # never more than there is
+    for _ in range(20):  # copies after one matching token keep their first token, never the second
+        trust.observe(1, 12, 1)
+    assert trust.reached[1][:3] == [20, 20, 0] and trust.kept[1][:3] == [20, 0, 0]
+    assert trust.length(1, 1.0, 12, 0.05) == 1
+    assert trust.length(4, 1.0, 12, 0.05) == 12  # what one matched length taught says nothing of another
+    for _ in range(20):  # copies after four matching tokens stand in full
+        trust.observe(4, 12, 12)
+    assert trust.length(4, 1.0, 12, 0.05) == 12 and trust.length(4, 0.2, 12, 0.05) == 12

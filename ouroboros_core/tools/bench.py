@@ -33,6 +33,7 @@ ALL_METHODS = list(HF_METHODS) + [method for method in ENGINE_METHODS if method 
 SWEEP_GRID = {"gamma": [1, 2, 4, 6, 8], "window": [0, 4, 8, 12], "ngram": [3, 4, 5, 6], "branches": [0, 1, 2, 4],
               "lookup": [0, 8, 12, 16, 24], "max_trunk": [1, 4, 6, 8], "extend_above": [0.3, 0.4, 0.5, 1.0],
               "extend_chance": [0.1, 0.13, 0.16, 0.2], "second_above": [0.05, 0.1, 0.2, 1.0],
+              "lookup_above": [0.0, 0.02, 0.05, 0.1],
               "draft_candidates": [0, 1, 2]}
 
 
