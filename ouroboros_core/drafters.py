@@ -56,14 +56,16 @@ class DraftRunner:
         """Whether the draft has an embedding for every token (a target may pad its vocabulary past it)."""
         return all(token < self.vocab for token in tokens)
 
-    def forward(self, sequence: list[int], branches: list[list[int]] = (), offsets=None) -> torch.Tensor:
-        """Logits after `sequence` and at every branch position; the cache keeps `sequence` alone."""
+    def forward(self, sequence: list[int], branches: list[list[int]] = (), offsets=None, attach=None) -> torch.Tensor:
+        """Logits after `sequence` and at every branch position; the cache keeps `sequence` alone. A branch with
+        attach -1 stands in for the sequence's last token (it sees the tokens before it); by default a branch
+        continues the whole sequence."""
         common = 0
         limit = min(len(self.fed), len(sequence) - 1)  # at least one token must be fed
         while common < limit and self.fed[common] == sequence[common]:
             common += 1
         truncate(self.cache, common)
-        logits = forward_tree(self.model, self.cache, sequence[common:], [], list(branches), offsets)
+        logits = forward_tree(self.model, self.cache, sequence[common:], [], list(branches), offsets, attach)
         truncate(self.cache, len(sequence))
         self.fed = list(sequence)
         return logits
@@ -170,10 +172,10 @@ ALTERNATIVES = 3  # the draft's choices after its first that may stand in for it
 
 
 def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
-    """keyed: one row of the draft's keyed scores, best first -> the chance that each of the best 8 is the
-    target's sample (float64, on keyed's device)."""
+    """keyed: the draft's keyed scores, best first, in the last dimension -> the chance that each of the best 8
+    is the target's sample (float64, on keyed's device)."""
     spread = 0.95 * (0.8 / temperature) ** 0.9
-    return torch.softmax(keyed[:SCORED] / spread, dim=-1) * RANK_SHARE
+    return torch.softmax(keyed[..., :SCORED] / spread, dim=-1) * RANK_SHARE
 
 
 class Ouroboros(Vanilla):
@@ -263,12 +265,20 @@ class Ouroboros(Vanilla):
         want = 0 if self.copying else min(cfg.gamma, limit)
         most = 0 if self.copying else min(max(cfg.max_trunk, want), limit)
         sure, chance = True, 1.0
-        alternatives = []  # (trunk position, another of the draft's choices there, its chance of standing)
+        alternatives = []  # (trunk position, another of the draft's choices there and what follows it, its chance)
         stands: list[float] = []  # each trunk token's estimated chance of standing, once the tokens before it stood
         while len(trunk) < want or (sure and len(trunk) < most):
-            new, new_sources, (first_p, others) = self._draft_step(sequence)
+            # The alternatives to the trunk's last token ride along in this draft forward: the draft's guess after
+            # each is a second token for its branch, kept where the two together are likely enough.
+            riding = [i for i, (at, _, p) in enumerate(alternatives) if at == len(trunk) - 1 and p > cfg.second_above]
+            new, new_sources, (first_p, others), follow = self._draft_step(
+                sequence, [alternatives[i][1][0] for i in riding])
+            for i, (token, p) in zip(riding, follow):
+                at, tokens, alone = alternatives[i]
+                if alone * p > cfg.second_above:
+                    alternatives[i] = (at, tokens + [token], alone)
             # An alternative is walked only where the trunk before it stood: weigh it by that chance too.
-            alternatives += [(len(trunk) + len(new) - 1, token, p * chance) for token, p in others]
+            alternatives += [(len(trunk) + len(new) - 1, [token], p * chance) for token, p in others]
             stands += [1.0] * (len(new) - 1) + [first_p]  # a pool phrase the draft verified: taken as sure
             trunk += new
             sources += new_sources
@@ -279,14 +289,15 @@ class Ouroboros(Vanilla):
             sure = (first_p > cfg.extend_above if self.sampler.greedy
                     else chance > cfg.extend_chance * self.recent_tokens)
         trunk, sources = trunk[:limit], sources[:limit]
-        # Where the draft hesitated, its other likely choices as one-token branches in place of its first: the
-        # target walks one if it rejects the first and picks that one, in the same forward.
-        chosen = [(at, token) for at, token, p in alternatives if at < len(trunk) and p > cfg.second_above]
-        return trunk, sources, [[token] for _, token in chosen], [at for at, _ in chosen], stands[:limit]
+        # Where the draft hesitated, its other likely choices as branches in place of its first: the target walks
+        # one if it rejects the first and picks that one, in the same forward.
+        chosen = [(at, tokens) for at, tokens, p in alternatives if at < len(trunk) and p > cfg.second_above]
+        return trunk, sources, [tokens for _, tokens in chosen], [at for at, _ in chosen], stands[:limit]
 
-    def _draft_step(self, sequence: list[int]) -> tuple[list[int], list[Source], tuple[float, list]]:
-        """One draft forward: the next token, or a verified pool phrase plus the token after it; and at that
-        last token, the chance that the target picks it and the draft's next choices with theirs."""
+    def _draft_step(self, sequence: list[int], siblings: list[int] = ()) -> tuple[list[int], list[Source], tuple, list]:
+        """One draft forward: the next token, or a verified pool phrase plus the token after it; at that last
+        token, the chance that the target picks it and the draft's next choices with theirs; and for each
+        sibling (a token in place of the sequence's last), the draft's guess after it and that guess's chance."""
         cfg = self.config
         candidates = [(phrase, source) for phrase, source in self.pool.lookup(sequence[-1], cfg.draft_candidates)
                       if self.runner.readable(phrase)]  # the pool also holds the target's tokens
@@ -296,8 +307,9 @@ class Ouroboros(Vanilla):
         fits = depth > 0 and cfg.window + depth - 1 <= room
         columns = [[level[i] for level in self.levels] for i in range(cfg.window)] if fits else []
         phrases = [list(phrase[:room]) for phrase, _ in candidates]
-        offsets = list(range(len(columns))) + [0] * len(phrases)
-        logits = self.runner.forward(sequence, columns + phrases, offsets)
+        offsets = list(range(len(columns))) + [0] * (len(phrases) + len(siblings))
+        attach = [0] * (len(columns) + len(phrases)) + [-1] * len(siblings)
+        logits = self.runner.forward(sequence, columns + phrases + [[token] for token in siblings], offsets, attach)
         sampler = self.sampler
         if sampler.greedy:
             guesses = logits.argmax(dim=-1).tolist()
@@ -305,7 +317,7 @@ class Ouroboros(Vanilla):
             # The sequence position each row's token is for: column i's l-th guess sits i + l after the sequence.
             at = len(sequence)
             positions = ([at] + [at + i + level + 1 for i in range(len(columns)) for level in range(depth)]
-                         + [at + j + 1 for phrase in phrases for j in range(len(phrase))])
+                         + [at + j + 1 for phrase in phrases for j in range(len(phrase))] + [at] * len(siblings))
             keyed, ids = draft_guesses(logits, sampler.temperature, sampler.seed, positions)
             guesses = ids[:, 0].tolist()
         window_out = guesses[1 : 1 + depth * len(columns)]
@@ -323,7 +335,15 @@ class Ouroboros(Vanilla):
             source = candidates[verdict.branch][1]
             row = rows[verdict.branch] + verdict.branch_accepted - 1
         choices = self._choices(logits[row]) if sampler.greedy else self._choices(keyed[row], ids[row])
-        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], choices
+        follow = []
+        if siblings:
+            last = slice(len(logits) - len(siblings), None)
+            if sampler.greedy:
+                chances, tokens = torch.softmax(logits[last].float(), dim=-1).max(dim=-1)
+            else:
+                chances, tokens = guess_chances(keyed[last], sampler.temperature)[:, 0], ids[last, 0]
+            follow = list(zip(tokens.tolist(), chances.double().tolist()))
+        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], choices, follow
 
     def _choices(self, scores: torch.Tensor, ids: torch.Tensor | None = None) -> tuple[float, list[tuple[int, float]]]:
         """How likely the target is to pick the draft's first choice, and the draft's next ALTERNATIVES choices

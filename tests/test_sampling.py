@@ -324,8 +324,9 @@ TREE_CASES = {
     # three letters, drops the tail).
     "lookup inside the trunk": ({"gamma": 3, "branches": 1, "draft_candidates": 0, "max_trunk": 1,
                                  "second_above": 1.0}, 0.9),
-    # No lookup, no pool: the draft's trunk (extended while it is sure) and its second choices, each a
-    # one-token branch in place of its first choice, walked when the target samples that token instead.
+    # No lookup, no pool: the draft's trunk (extended while it is sure) and its other choices, each a branch
+    # in place of its first choice (with the draft's guess after it where the trunk went on), walked when the
+    # target samples that token instead.
     "second choices": ({"gamma": 1, "branches": 0, "lookup": 0, "draft_candidates": 0, "max_trunk": 4,
                         "extend_above": 0.0, "extend_chance": 0.0, "second_above": 0.0}, 1.0),
 }
@@ -342,7 +343,7 @@ def tree_counts(runs) -> dict[str, int]:
         "shared node read": count(lambda w: w.shared_nodes() > 0),
         "lookup branch accepted inside the trunk": count(lambda w: w.walked(lookup=True, inside_trunk=True)),
         "trunk token rejected": count(lambda w: w.verdict.trunk_accepted < len(w.trunk)),
-        "second choice accepted": count(lambda w: w.walked() and len(w.branches[w.verdict.branch]) == 1
+        "second choice accepted": count(lambda w: w.walked() and len(w.branches[w.verdict.branch]) <= 2
                                         and not w.walked(lookup=True)),
     }
 
@@ -356,8 +357,8 @@ def check_branch_tokens(result, walks) -> None:
             assert [t.id for t in kept] == walk.branches[walk.verdict.branch][: len(kept)]
             allowed = {Source.PROMPT} if walk.walked(lookup=True) else {Source.PROMPT, Source.POOL, Source.DRAFT}
             assert {t.source for t in kept} <= allowed
-            if Source.DRAFT in {t.source for t in kept}:  # only a second choice: one token
-                assert len(walk.branches[walk.verdict.branch]) == 1
+            if Source.DRAFT in {t.source for t in kept}:  # only another choice, and at most the draft's guess after it
+                assert len(walk.branches[walk.verdict.branch]) <= 2
 
 
 def unkeyed_guesses(logits, temperature, seed, positions, top=64):
