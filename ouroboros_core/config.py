@@ -68,7 +68,8 @@ class OuroborosConfig:
     extend_chance: float = 0.16  # sampled, sure instead: the estimated chance that the whole trunk so far is the
     #                              target's sample is above this times the tokens a step committed lately
     second_above: float = 0.1  # the draft's next choices (up to 3) whose chance of standing is above this are
-    #                            verified too, as one-token branches in place of its first (1.0: never)
+    #                            verified too, as branches in place of its first, with its guess after each
+    #                            where that is likely enough too (1.0: never)
     lookup: int = 12  # L: one more branch, up to L tokens that followed the earlier occurrence matching most of
     #                   the text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases
     lookup_above: float = 0.05  # sampled, the lookup branch ends before the first token whose estimated chance of

@@ -168,7 +168,7 @@ class LookupTrust:
 # predicted, 0.680 right at 0.8, 0.749 and 0.755 at 0.3; second 0.139 / 0.132 and 0.116 / 0.108.
 RANK_SHARE = 0.97
 SCORED = 8
-ALTERNATIVES = 3  # the draft's choices after its first that may stand in for it as one-token branches
+ALTERNATIVES = 3  # the draft's choices after its first that may stand in for it as branches
 
 
 def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -254,8 +254,8 @@ class Ouroboros(Vanilla):
         return Proposal(trunk, sources, branches, branch_sources, attach)
 
     def _chain(self, committed: list[int], limit: int):
-        """The draft's trunk, phrase by phrase, and its other likely choices where it hesitated as one-token
-        branches. Returns (trunk, its sources, branches, attach, each trunk token's chance of standing)."""
+        """The draft's trunk, phrase by phrase, and its other likely choices where it hesitated as branches (with
+        its guess after each where the trunk went on). Returns (trunk, its sources, branches, attach, each trunk token's chance of standing)."""
         cfg = self.config
         sequence = list(committed)
         trunk: list[int] = []
