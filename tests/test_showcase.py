@@ -57,7 +57,7 @@ def test_first_ten_seconds(page, size):
     if size == "laptop":  # in view without scrolling, beside the prompt's Run button
         assert examples.bounding_box()["y"] + examples.bounding_box()["height"] <= 900
         assert page.locator("#run").bounding_box()["y"] < 900
-    assert page.get_by_text("A degenerate loop: ten tokens a forward, the least meaningful").count() == 1
+    assert page.get_by_text("A degenerate loop: big speedup, least meaningful").count() == 1
     page.locator("#run").click()
     assert "Identical" in finished_badge(page)
     assert page.errors == []
