@@ -337,21 +337,17 @@ class Ouroboros(Vanilla):
             matched = phrases[verdict.branch][: verdict.branch_accepted]
             source = candidates[verdict.branch][1]
             row = rows[verdict.branch] + verdict.branch_accepted - 1
-        choices = self._choices(logits[row]) if sampler.greedy else self._choices(keyed[row], ids[row])
-        follow = []
-        if siblings:
-            last = slice(len(logits) - len(siblings), None)
-            if sampler.greedy:
-                chances, tokens = torch.softmax(logits[last].float(), dim=-1).max(dim=-1)
-            else:
-                chances, tokens = guess_chances(keyed[last], sampler.temperature)[:, 0], ids[last, 0]
-            follow = list(zip(tokens.tolist(), chances.double().tolist()))
-        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], choices, follow
+        # The drafted token's row, then each sibling's: read in one transfer from the device.
+        read = [row] + list(range(len(logits) - len(siblings), len(logits)))
+        first_p, others, follow = (self._choices(logits, None, read) if sampler.greedy
+                                   else self._choices(keyed, ids, read))
+        return matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT], (first_p, others), follow
 
-    def _choices(self, scores: torch.Tensor, ids: torch.Tensor | None = None) -> tuple[float, list[tuple[int, float]]]:
-        """How likely the target is to pick the draft's first choice, and the draft's next ALTERNATIVES choices
-        with how likely the target is to pick each; read only where the settings use them (one transfer from
-        the device).
+    def _choices(self, scores: torch.Tensor, ids: torch.Tensor | None, rows: list[int]):
+        """At rows[0] (after the drafted token): how likely the target is to pick the draft's first choice, and its
+        next ALTERNATIVES choices with how likely the target is to pick each; at each later row (after a sibling):
+        the draft's first choice and its chance. Read only where the settings use them, in one transfer from the
+        device. Returns (first_p, [(token, chance)], [(token, chance)] per later row).
 
         Greedy: the draft's own probabilities (scores: its logits). Sampled (scores: its best keyed scores, best
         first; ids: their token ids; see verify.position_noise): guess_chances, fitted to the embedded pair.
@@ -359,15 +355,16 @@ class Ouroboros(Vanilla):
         cfg = self.config
         trims = cfg.lookup and cfg.lookup_above > 0 and not self.sampler.greedy
         if cfg.max_trunk <= cfg.gamma and cfg.second_above >= 1.0 and not trims:
-            return 1.0, []
+            return 1.0, [], []  # no alternatives, so no siblings either
+        top = 1 + ALTERNATIVES
         if self.sampler.greedy:
-            chances, ids = torch.softmax(scores.float(), dim=-1).topk(1 + ALTERNATIVES)
+            chances, ids = torch.softmax(scores[rows].float(), dim=-1).topk(top)
         else:
-            chances, ids = guess_chances(scores, self.sampler.temperature)[: 1 + ALTERNATIVES], ids[: 1 + ALTERNATIVES]
-        values = torch.cat([chances.double(), ids.double()]).tolist()
-        count = len(values) // 2
-        first_p, *others = values[:count]
-        return first_p, [(int(token), p) for token, p in zip(values[count + 1 :], others)]
+            chances, ids = guess_chances(scores[rows], self.sampler.temperature)[:, :top], ids[rows, :top]
+        values = torch.stack([chances.double(), ids.double()], dim=1).tolist()  # per row: [its chances, its ids]
+        (first_p, *others), (_, *tokens) = values[0]
+        follow = [(int(row_ids[0]), row_chances[0]) for row_chances, row_ids in values[1:]]
+        return first_p, [(int(token), p) for token, p in zip(tokens, others)], follow
 
     def _advance_window(self, newest: list[int]) -> None:
         if len(self.levels) == self.config.ngram - 1:
