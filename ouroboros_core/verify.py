@@ -31,24 +31,23 @@ def tree_layout(pending: int, trunk: int, branch_lengths: list[int], past: int, 
     """
     run = pending + trunk
     n = run + sum(branch_lengths)
-    positions = torch.empty(n, dtype=torch.long)
-    positions[:run] = torch.arange(past, past + run)
-    allowed = torch.zeros(n, past + n, dtype=torch.bool)
-    allowed[:, :past] = True
-    allowed[:run, past : past + run] = torch.ones(run, run, dtype=torch.bool).tril()
+    positions = list(range(past, past + run))
+    # Additive float, not boolean: eager attention silently mishandles a boolean 4D mask. Built as Python rows
+    # over the new tokens and laid after the cache's columns (all attended) in two tensor ops: a draft forward
+    # with a sibling row builds one every step, and elementwise tensor edits cost more than the rows themselves.
+    blocked = torch.finfo(dtype).min
+    rows = [[0.0] * (i + 1) + [blocked] * (n - i - 1) for i in range(run)]
     start = run
     for b, length in enumerate(branch_lengths):
         seen = pending + (attach[b] if attach else trunk)
         first = past + seen + (offsets[b] if offsets else 0)
-        positions[start : start + length] = torch.arange(first, first + length)
-        allowed[start : start + length, past : past + seen] = True
-        allowed[start : start + length, past + start : past + start + length] = torch.ones(
-            length, length, dtype=torch.bool).tril()
+        positions += range(first, first + length)
+        rows += [[0.0] * seen + [blocked] * (start - seen) + [0.0] * (j + 1) + [blocked] * (n - start - j - 1)
+                 for j in range(length)]
         start += length
-    # Additive float, not boolean: eager attention silently mishandles a boolean 4D mask.
-    mask = torch.zeros(n, past + n, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return positions.unsqueeze(0).to(device), mask[None, None].to(device)
+    mask = torch.cat([torch.zeros(n, past, dtype=dtype, device=device), torch.tensor(rows, dtype=dtype, device=device)],
+                     dim=1)
+    return torch.tensor([positions], device=device), mask[None, None]
 
 
 def row_positions(next_position: int, trunk: int, branches: list[list[int]], attach: list[int] | None) -> list[int]:
