@@ -2,15 +2,15 @@
 
 The draft runs a dozen small forwards per answer where the target runs a few. For a small draft most of a
 transformers forward is Python around the arithmetic (mask building, cache bookkeeping, output classes):
-on the embedded 2-layer draft, about half of it. And a one-row forward (the draft's usual step) on a CPU
-is bound by reading the weights from memory, which the target's forward has just flushed from the caches:
-there, and in forwards of a few rows (catching up on the target's tokens), the lean forward reads float16
-copies of float32 weights (half the bytes; the weights of a draft stored in bfloat16 convert exactly), which
-moves its logits by float16 rounding. A draft proposes and the target decides, so the output cannot change;
-wider forwards, where CPU float16 matmuls are slower, keep float32. `lean_draft` wraps a Llama, Mistral or
-Qwen2 model in `LeanDecoder`, which reads the model's own weights and rotary embedding and keeps its keys and
-values in one preallocated buffer, and checks on a short input that it gives the model's own logits before it
-is used; any other model (or one split over devices)
+on the embedded 2-layer draft, about half of it. And a forward of a few rows (the draft's usual step: its
+token, the siblings riding along, or catching up on the target's tokens) on a CPU is bound by reading the
+weights from memory, which the target's forward has just flushed from the caches: there the lean forward
+reads int8 copies of float32 weights (a quarter of the bytes, one scale per output row) through torch's
+weight-only int8 kernel with bfloat16 activations, which moves its logits by that rounding. A draft proposes
+and the target decides, so the output cannot change; wider forwards (the prompt's prefill) keep float32.
+`lean_draft` wraps a Llama, Mistral or Qwen2 model in `LeanDecoder`, which reads the model's own weights
+and rotary embedding and keeps its keys and values in one preallocated buffer, and checks on a short input
+that it gives the model's own logits before it is used; any other model (or one split over devices)
 keeps the transformers forward. Only the draft runs here: the target, whose tokens are the output, always
 runs through transformers.
 """
@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 
 LEAN_TYPES = ("llama", "mistral", "qwen2")
-# Up to this many rows a float16 matmul beats float32 on a CPU whose caches the target has just flushed
-# (embedded draft after an 11-token target forward: 1 row 1.04 vs 1.76 ms, 2 rows 1.19 vs 2.02, 8 rows 1.75
-# vs 1.93; 12 rows 2.13 vs 2.10, a 150-token prefill 16.4 vs 5.1).
-HALF_ROWS = 8
+# Up to this many rows the int8 weights beat float32 on a CPU whose caches the target has just flushed (the
+# embedded draft's matrices after 80 MB of other reads, AVX-512: 1 row 0.45 vs 1.13 ms, 2 rows 0.32 vs 1.47,
+# 8 rows 0.61 vs 1.32; 16 rows 1.2 vs 1.9, 150 rows 9.9 vs 8.0; with torch's AVX2 kernels alike). The float16
+# copies used before cost 1.05 ms for 2 rows and 2.5 for 8: CPU float16 matmuls slow down with every row.
+NARROW_ROWS = 8
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # rotary kinds whose cos and sin depend on the position alone
 
 
@@ -53,6 +54,27 @@ class LeanCache:
             self.buffer = grown
 
 
+class Int8Linear:
+    """A linear layer's weight as int8 with one scale per output row (symmetric, rounded to nearest), multiplied
+    by torch's weight-only int8 kernel (`_weight_int8pack_mm`, as gpt-fast's int8 mode) with bfloat16 inputs;
+    returns float32."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        # The kernel multiplies by bfloat16 scales: round them first, and the weights to them.
+        self.scale = (weight.float().abs().amax(dim=1) / 127).clamp_min(torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
+        self.weight = (weight.float() / self.scale.float()[:, None]).round_().clamp_(-127, 127).to(torch.int8).contiguous()
+        self.bias = None if bias is None else bias.float()
+
+    def dequantized(self) -> torch.Tensor:
+        """The float32 weight this layer multiplies by (what its rounding left of the original)."""
+        return self.weight.float() * self.scale.float()[:, None]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        y = torch.ops.aten._weight_int8pack_mm(rows, self.weight, self.scale).view(*x.shape[:-1], -1).float()
+        return y if self.bias is None else y + self.bias
+
+
 @dataclass
 class LeanOutput:
     logits: torch.Tensor
@@ -74,9 +96,9 @@ class LeanDecoder:
         self.norm = inner.norm.weight
         self.head = model.lm_head.weight
         self.layers = []
-        self.half_rows = False  # forwards of up to HALF_ROWS rows multiply by float16 copies of the (float32) weights
-        self.halves: dict[int, tuple] = {}  # layer index -> its float16 weights (see _narrow_weights)
-        self.head_half: torch.Tensor | None = None
+        self.narrow_rows = False  # forwards of up to NARROW_ROWS rows multiply by int8 copies of the weights
+        self.narrow: dict[int, tuple] = {}  # layer index -> its int8 layers (see _narrow_layers)
+        self.narrow_head: Int8Linear | None = None
         self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin: (1, positions, head_dim)
         rope = getattr(config, "rope_parameters", None) or {}
         self.static_rope = rope.get("rope_type", "default") in STATIC_ROPE
@@ -103,20 +125,19 @@ class LeanDecoder:
         x32 = x.float()
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
-    def _narrow_weights(self, i: int) -> tuple:
-        """Layer i's float16 weights for narrow forwards, made on first use: q, k and v as one matrix (and
-        bias), the output projection (and bias), gate and up as one matrix, down."""
-        weights = self.halves.get(i)
-        if weights is None:
+    def _narrow_layers(self, i: int) -> tuple:
+        """Layer i's int8 layers for narrow forwards, made on first use: q, k and v as one (a missing bias of
+        Qwen2's three adds zeros), the output projection, gate and up as one, down."""
+        layers = self.narrow.get(i)
+        if layers is None:
             _, q, k, v, o, _, _, gate, up, down = self.layers[i]
             qkv_bias = None
-            if any(p.bias is not None for p in (q, k, v)):  # Qwen2: all three; a missing one adds zeros
+            if any(p.bias is not None for p in (q, k, v)):
                 qkv_bias = torch.cat([p.weight.new_zeros(p.out_features) if p.bias is None else p.bias
-                                      for p in (q, k, v)]).half()
-            weights = self.halves[i] = (
-                torch.cat([q.weight, k.weight, v.weight]).half(), qkv_bias, o.weight.half(),
-                None if o.bias is None else o.bias.half(), torch.cat([gate, up]).half(), down.half())
-        return weights
+                                      for p in (q, k, v)])
+            layers = self.narrow[i] = (Int8Linear(torch.cat([q.weight, k.weight, v.weight]), qkv_bias),
+                                       Int8Linear(o.weight, o.bias), Int8Linear(torch.cat([gate, up])), Int8Linear(down))
+        return layers
 
     def _rotary(self, x: torch.Tensor, position_ids: torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The model's rotary cos and sin at these positions (all below `bound`). Rotary kinds that do not depend
@@ -149,13 +170,13 @@ class LeanDecoder:
         if mask is None and n > 1:  # a causal run after the cache (sdpa's is_causal aligns top-left)
             mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(past)
         gqa = self.kv_heads != self.heads
-        narrow = self.half_rows and n <= HALF_ROWS
+        narrow = self.narrow_rows and n <= NARROW_ROWS
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         for i, (norm1, q_proj, k_proj, v_proj, o_proj, scaling, norm2, gate, up, down) in enumerate(self.layers):
             h = self._rms(x, norm1)
             if narrow:
-                qkv16, qkv_bias, o16, o_bias, gate_up16, down16 = self._narrow_weights(i)
-                q, k, v = F.linear(h.half(), qkv16, qkv_bias).to(x.dtype).split([q_size, kv_size, kv_size], dim=-1)
+                qkv8, o8, gate_up8, down8 = self._narrow_layers(i)
+                q, k, v = qkv8(h).split([q_size, kv_size, kv_size], dim=-1)
             else:
                 q, k, v = (F.linear(h, p.weight, p.bias) for p in (q_proj, k_proj, v_proj))
             q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
@@ -168,10 +189,10 @@ class LeanDecoder:
                 self._rotate(q, cos, sin), keys[:, :, : past + n], values[:, :, : past + n], attn_mask=mask,
                 scale=scaling, enable_gqa=gqa).transpose(1, 2).reshape(1, n, -1)
             if narrow:
-                x = x + F.linear(attended.half(), o16, o_bias).to(x.dtype)
+                x = x + o8(attended)
                 h = self._rms(x, norm2)
-                gated, upped = F.linear(h.half(), gate_up16).chunk(2, dim=-1)
-                x = x + F.linear(F.silu(gated) * upped, down16).to(x.dtype)
+                gated, upped = gate_up8(h).chunk(2, dim=-1)
+                x = x + down8(F.silu(gated) * upped)
             else:
                 x = x + F.linear(attended, o_proj.weight, o_proj.bias)
                 h = self._rms(x, norm2)
@@ -179,10 +200,10 @@ class LeanDecoder:
         cache.length = past + n
         kept = x[:, -logits_to_keep:] if logits_to_keep else x
         h = self._rms(kept, self.norm)
-        if self.half_rows and h.shape[-2] <= HALF_ROWS:
-            if self.head_half is None:
-                self.head_half = self.head.half()
-            return LeanOutput(F.linear(h.half(), self.head_half).to(h.dtype))
+        if self.narrow_rows and h.shape[-2] <= NARROW_ROWS:
+            if self.narrow_head is None:
+                self.narrow_head = Int8Linear(self.head)
+            return LeanOutput(self.narrow_head(h))
         return LeanOutput(F.linear(h, self.head))
 
 
@@ -202,13 +223,13 @@ def _shaped_like_llama(model) -> bool:
 
 def lean_draft(model, exact: bool = False):
     """A LeanDecoder for `model` if it is a plain Llama-family model and matches the model's own logits on a
-    short input; else None (the caller keeps transformers' forward). exact: never read float16 weights (a
+    short input; else None (the caller keeps transformers' forward). exact: never read int8 weights (a
     model drafting for itself must propose exactly its own tokens)."""
     if not _shaped_like_llama(model):
         return None
     from transformers import DynamicCache
 
-    decoder = LeanDecoder(model)  # checked in the model's own precision, then given its float16 rows
+    decoder = LeanDecoder(model)  # checked in the model's own precision, then given its int8 rows
     device = decoder.embed.device
     vocab = decoder.embed.shape[0]
     ids = torch.arange(3, 11, device=device)[None] % vocab
@@ -221,5 +242,6 @@ def lean_draft(model, exact: bool = False):
     tolerance = 1e-4 if model.dtype == torch.float32 else 5e-2
     if not torch.allclose(got.float(), expected.float(), atol=tolerance * (1 + expected.abs().max().item()), rtol=0):
         return None
-    decoder.half_rows = not exact and model.dtype == torch.float32 and decoder.embed.device.type == "cpu"
+    decoder.narrow_rows = (not exact and model.dtype == torch.float32 and decoder.embed.device.type == "cpu"
+                           and hasattr(torch.ops.aten, "_weight_int8pack_mm"))
     return decoder
