@@ -247,7 +247,7 @@ def lean_draft(model, exact: bool = False):
     tolerance = 1e-4 if model.dtype == torch.float32 else 5e-2
     if not torch.allclose(got.float(), expected.float(), atol=tolerance * (1 + expected.abs().max().item()), rtol=0):
         return None
-    if not exact and model.dtype == torch.float32 and int8_kernel_fits(model):
+    if not exact and model.dtype == torch.float32 and int8_kernel_fits(decoder):
         decoder.narrow_rows = True
         try:  # the int8 forward of the same 8 rows: rounded, but the same model (a broken kernel is far off)
             narrow = decoder(input_ids=ids, position_ids=positions, attention_mask=None,
@@ -256,8 +256,9 @@ def lean_draft(model, exact: bool = False):
             decoder.narrow_rows = bool(torch.allclose(narrow, expected, atol=INT8_TOLERANCE * scale, rtol=0))
         except RuntimeError:
             decoder.narrow_rows = False
-        decoder.narrow.clear()
-        decoder.narrow_head = None
+        if not decoder.narrow_rows:  # passed, the int8 layers the check made are the ones the drafts use
+            decoder.narrow.clear()
+            decoder.narrow_head = None
     return decoder
 
 
@@ -266,19 +267,17 @@ def lean_draft(model, exact: bool = False):
 INT8_TOLERANCE = 0.1
 
 
-def int8_kernel_fits(model) -> bool:
-    """Whether the draft's narrow forwards may take torch's int8 kernel: a CPU model whose matrices' input widths
-    (hidden size, attention width, MLP width) are multiples of 16, where the kernel's AVX-512 and AVX2 paths run (it
-    reads past a row's end otherwise) on a torch that has it; elsewhere (Windows builds, CPUs without AVX2) it falls
-    back to a scalar loop far slower than float32."""
+def int8_kernel_fits(decoder: LeanDecoder) -> bool:
+    """Whether the draft's narrow forwards may take torch's int8 kernel: on a CPU, with the input widths of the
+    matrices it would hold (hidden size, attention width, MLP width) multiples of 16, where the kernel's AVX-512
+    and AVX2 paths run (it reads past a row's end otherwise), on a torch that has it; elsewhere (Windows builds,
+    CPUs without AVX2) it falls back to a scalar loop far slower than float32."""
     import platform
     import sys
 
-    config = model.config
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    widths = (config.hidden_size, heads * head_dim, config.intermediate_size)
+    down = decoder.layers[0][-1]
+    widths = (decoder.embed.shape[1], decoder.heads * decoder.head_dim, down.shape[1])
     vectorised = (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
                   or platform.machine() in ("arm64", "aarch64"))
-    return (next(model.parameters()).device.type == "cpu" and hasattr(torch.ops.aten, "_weight_int8pack_mm")
+    return (decoder.embed.device.type == "cpu" and hasattr(torch.ops.aten, "_weight_int8pack_mm")
             and sys.platform != "win32" and vectorised and all(width % 16 == 0 for width in widths))
