@@ -17,6 +17,8 @@ runs through transformers.
 
 from __future__ import annotations
 
+import platform
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -256,7 +258,7 @@ def lean_draft(model, exact: bool = False):
             decoder.narrow_rows = bool(torch.allclose(narrow, expected, atol=INT8_TOLERANCE * scale, rtol=0))
         except RuntimeError:
             decoder.narrow_rows = False
-        if not decoder.narrow_rows:  # passed, the int8 layers the check made are the ones the drafts use
+        if not decoder.narrow_rows:  # failed: drop the int8 layers the check built (passed, the drafts use them)
             decoder.narrow.clear()
             decoder.narrow_head = None
     return decoder
@@ -272,9 +274,6 @@ def int8_kernel_fits(decoder: LeanDecoder) -> bool:
     matrices it would hold (hidden size, attention width, MLP width) multiples of 16, where the kernel's AVX-512
     and AVX2 paths run (it reads past a row's end otherwise), on a torch that has it; elsewhere (Windows builds,
     CPUs without AVX2) it falls back to a scalar loop far slower than float32."""
-    import platform
-    import sys
-
     down = decoder.layers[0][-1]
     widths = (decoder.embed.shape[1], decoder.heads * decoder.head_dim, down.shape[1])
     vectorised = (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
