@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+import numpy as np
 import torch
 
 from .cache import cache_length
@@ -84,6 +85,31 @@ def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
     return (z >> bits) & ((1 << (64 - bits)) - 1)
 
 
+_U64 = tuple(np.uint64(value) for value in (GOLDEN, MIX1, MIX2, 30, 27, 31, 11))
+
+
+def _noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's ids-th output after each position's key, >> 11: 53 random bits per (position, id), int64."""
+    if ids.device.type == "cpu":
+        # numpy's uint64 arithmetic wraps and shifts logically: a third of the ops (and of the time) of the
+        # int64 emulation below on a CPU, the same bits. On an accelerator that one stays where the ids are.
+        golden, mix1, mix2, s30, s27, s31, s11 = _U64
+        z = np.array([position_key(seed, p) for p in positions], dtype=np.uint64)[:, None]
+        z = z + ids.numpy().astype(np.uint64) * golden  # the ids-th output of SplitMix64 started at the key
+        z ^= z >> s30
+        z *= mix1
+        z ^= z >> s27
+        z *= mix2
+        z ^= z >> s31
+        return torch.from_numpy((z >> s11).view(np.int64))
+    keys = torch.tensor([_int64(position_key(seed, p)) for p in positions], dtype=torch.long, device=ids.device)
+    z = keys[:, None] + ids.long() * _int64(GOLDEN)
+    z = (z ^ _shift_right(z, 30)) * _int64(MIX1)
+    z = (z ^ _shift_right(z, 27)) * _int64(MIX2)
+    z = z ^ _shift_right(z, 31)
+    return _shift_right(z, 11)
+
+
 def position_noise(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
     """Gumbel(0, 1) noise for token ids (len(positions), m) at those positions, float64: one independent value
     per (seed, position, token id), computed alike on any device (SplitMix64 in integer arithmetic, no state).
@@ -93,13 +119,8 @@ def position_noise(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
     text picks the same token there, so vanilla and Ouroboros write the same sampled text; and a draft that
     adds the same noise to its own scores picks the target's token as often as two close distributions can
     agree, which is what makes its guesses worth verifying. ids: (m,) for every row, or (len(positions), m)."""
-    keys = torch.tensor([_int64(position_key(seed, p)) for p in positions], dtype=torch.long, device=ids.device)
-    z = keys[:, None] + ids.long() * _int64(GOLDEN)  # the ids-th output of SplitMix64 started at the key
-    z = (z ^ _shift_right(z, 30)) * _int64(MIX1)
-    z = (z ^ _shift_right(z, 27)) * _int64(MIX2)
-    z = z ^ _shift_right(z, 31)
     # 53 random bits, then half a step, so the uniform lies strictly inside (0, 1).
-    uniform = _shift_right(z, 11).double().add_(0.5).mul_(2.0 ** -53)
+    uniform = _noise_bits(seed, positions, ids).double().add_(0.5).mul_(2.0 ** -53)
     return uniform.log_().neg_().log_().neg_()
 
 

@@ -89,7 +89,7 @@ def test_add_ngrams_on_short_input_adds_nothing():
 
 
 def test_context_lookup_prefers_the_latest_match_with_a_full_continuation():
-    from ouroboros_core.drafters import context_lookup
+    from ouroboros_core.lookup import context_lookup
 
     seq = [1, 2, 3, 4, 5, 9, 1, 2, 7, 1, 2]
     assert context_lookup(seq, 2)[0] == [7, 1]  # the latest earlier [1, 2] has two tokens after it
@@ -104,7 +104,7 @@ def test_context_lookup_prefers_the_latest_match_with_a_full_continuation():
 
 
 def test_context_lookup_prefers_the_occurrence_that_matches_more_of_the_tail():
-    from ouroboros_core.drafters import context_lookup
+    from ouroboros_core.lookup import context_lookup
 
     # After [4, 1, 2]: the [4, 1, 2] at the start (three tokens matched) beats the later [1, 2] and [2].
     seq = [4, 1, 2, 30, 31, 9, 2, 40, 1, 2, 50, 51, 4, 1, 2]
@@ -116,7 +116,7 @@ def test_context_lookup_prefers_the_occurrence_that_matches_more_of_the_tail():
 
 
 def test_lookup_trust_learns_how_far_copies_stand_by_how_much_they_matched():
-    from ouroboros_core.drafters import LookupTrust
+    from ouroboros_core.lookup import LookupTrust
 
     trust = LookupTrust(longest=4, length=12)
     # Untried, a copy is trusted (80% a token): all 12 tokens while reached for sure, fewer when rarely reached.
