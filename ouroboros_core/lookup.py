@@ -4,6 +4,7 @@ from __future__ import annotations
 
 COPY_RUN = 4  # tokens accepted from a context-lookup branch that switch the drafter to copying
 LOOKUP_LONGEST = 4  # context lookup matches up to this many of the text's last tokens
+POOL_PHRASE = 0  # LookupTrust's row for pool phrases (a copy's row is how many tokens it matched, 1 or more)
 
 
 def context_lookup(sequence: list[int], length: int, longest: int = LOOKUP_LONGEST,
@@ -43,6 +44,7 @@ class LookupTrust:
     copies reached, 28%, 18%, 9%, 4% kept their first to fourth tokens, 2% the seventh); after four, it often
     runs to the end (58%, 52%, 42%, 30%, ... 14% at the tenth). At T 0.3 and greedy, copies run further. Each
     request learns its own rates, starting from trusting a copy (80% per token) until the verdicts say otherwise.
+    Row POOL_PHRASE learns the pool's phrases alike.
     """
 
     PRIOR = (1.0, 1.25)  # (kept, reached) pseudo-counts at every depth

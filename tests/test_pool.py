@@ -131,3 +131,61 @@ def test_lookup_trust_learns_how_far_copies_stand_by_how_much_they_matched():
     for _ in range(20):  # copies after four matching tokens stand in full
         trust.observe(4, 12, 12)
     assert trust.length(4, 1.0, 12, 0.05) == 12 and trust.length(4, 0.2, 12, 0.05) == 12
+
+
+def sampled_drafter(models, trunk, stands, choices_at, **options):
+    """An Ouroboros drafter whose draft always proposes `trunk` (its chances of standing `stands`), having seen
+    `choices_at` (trunk position -> its other best keyed guesses there), sampled as the target would."""
+    from ouroboros_core.config import OuroborosConfig
+    from ouroboros_core.drafters import Ouroboros
+    from ouroboros_core.verify import Sampler
+
+    drafter = Ouroboros(models.draft("llama", "noisy"), OuroborosConfig(**options), PhrasePool(8, 1000),
+                        sampler=Sampler(0.8, 0.95, 1))
+
+    def chain(committed, limit):
+        drafter.choices_at = dict(choices_at)
+        return list(trunk), [Source.DRAFT] * len(trunk), [], [], list(stands)
+
+    drafter._chain = chain
+    return drafter
+
+
+def test_sampled_copy_that_parts_from_the_trunk_on_a_token_the_draft_does_not_guess_is_left_out(models):
+    """A context-lookup copy hangs where it parts from the draft's trunk; sampled, one whose token there is not
+    among the draft's best keyed guesses at that position is not verified at all, one whose token is keeps its
+    length. A copy after the whole trunk is not judged so. Greedy, every copy is verified."""
+    from ouroboros_core.verify import Sampler
+
+    committed = [1, 2, 5, 9, 10, 11, 3, 1, 2]  # the text's last [1, 2] was followed by 5, 9, 10, 11 ...
+    options = {"lookup": 4, "branches": 0, "gamma": 1}
+    kept = sampled_drafter(models, [5, 6], [0.9, 0.5], {1: {9, 8}}, **options).propose(committed, 8)
+    assert kept.branches == [[9, 10, 11]] and kept.branch_attach == [1]  # parts at the trunk's 6: hangs there
+    dropped = sampled_drafter(models, [5, 6], [0.9, 0.5], {1: {7, 8}}, **options).propose(committed, 8)
+    assert dropped.branches == []
+    after = sampled_drafter(models, [5], [0.9], {0: {7}}, **options).propose(committed, 8)
+    assert after.branches == [[9, 10, 11]] and after.branch_attach == [1]
+    greedy = sampled_drafter(models, [5, 6], [0.9, 0.5], {1: {7, 8}}, **options)
+    greedy.sampler, greedy.trims = Sampler(), False
+    assert greedy.propose(committed, 8).branches == [[9, 10, 11]]
+
+
+def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stood(models):
+    """Sampled, a pool phrase after the trunk is verified as far as the request's pool phrases have stood (row
+    POOL_PHRASE of its LookupTrust, learned from the verdicts where the target reached them): trusted at first,
+    cut to one token once phrases keep only their first, left out where the trunk is unlikely to stand."""
+    from ouroboros_core.lookup import POOL_PHRASE
+    from ouroboros_core.verify import Verdict
+
+    committed = [1, 2, 3, 4]
+    drafter = sampled_drafter(models, [5], [0.9], {}, lookup=0, branches=1)
+    drafter.pool.add(5, (20, 21, 22, 23, 24), Source.POOL)
+    proposal = drafter.propose(committed, 8)
+    assert proposal.branches == [[20, 21, 22, 23, 24]] and drafter.pool_at == [[20, 21, 22, 23, 24]]
+    for _ in range(30):  # the target takes the trunk and the phrase's first token, then goes its own way
+        drafter.observe(committed + [5, 20, 99], len(committed), proposal, Verdict(1, 0, 1, 99), [5, 99])
+    assert drafter.trust.reached[POOL_PHRASE][:3] == [30, 30, 0] and drafter.trust.kept[POOL_PHRASE][:2] == [30, 0]
+    assert drafter.propose(committed, 8).branches == [[20]]
+    unlikely = sampled_drafter(models, [5], [0.04], {}, lookup=0, branches=1)
+    unlikely.pool.add(5, (20, 21), Source.POOL)
+    assert unlikely.propose(committed, 8).branches == []
