@@ -44,6 +44,21 @@ class Vanilla:
         pass
 
 
+def shared_prefix(a: list, b: list, limit: int) -> int:
+    """How many leading items a and b share, at most `limit`: lists compared a slice at a time (a draft forward
+    extends what the last one fed, so the whole span usually matches at once), halving the span on a mismatch."""
+    if a[:limit] == b[:limit]:
+        return limit
+    low, high = 0, limit  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
 class DraftRunner:
     """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to extend."""
 
@@ -61,10 +76,7 @@ class DraftRunner:
         """Logits after `sequence` and at every branch position; the cache keeps `sequence` alone. A branch with
         attach -1 stands in for the sequence's last token (it sees the tokens before it); by default a branch
         continues the whole sequence."""
-        common = 0
-        limit = min(len(self.fed), len(sequence) - 1)  # at least one token must be fed
-        while common < limit and self.fed[common] == sequence[common]:
-            common += 1
+        common = shared_prefix(self.fed, sequence, min(len(self.fed), len(sequence) - 1))  # feed one at least
         truncate(self.cache, common)
         logits = forward_tree(self.model, self.cache, sequence[common:], [], list(branches), offsets, attach)
         truncate(self.cache, len(sequence))

@@ -189,3 +189,19 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
     unlikely = sampled_drafter(models, [5], [0.04], {}, lookup=0, branches=1)
     unlikely.pool.add(5, (20, 21), Source.POOL)
     assert unlikely.propose(committed, 8).branches == []
+
+
+def test_shared_prefix_finds_the_first_difference_within_the_limit():
+    import random
+
+    from ouroboros_core.drafters import shared_prefix
+
+    rng = random.Random(0)
+    for _ in range(500):
+        a = [rng.randrange(3) for _ in range(rng.randrange(40))]
+        b = a[: rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(10))]
+        limit = rng.randrange(min(len(a), len(b)) + 1)
+        expected = 0
+        while expected < limit and a[expected] == b[expected]:
+            expected += 1
+        assert shared_prefix(a, b, limit) == expected, (a, b, limit)
