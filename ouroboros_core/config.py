@@ -72,9 +72,11 @@ class OuroborosConfig:
     #                            where that is likely enough too (1.0: never)
     lookup: int = 12  # L: one more branch, up to L tokens that followed the earlier occurrence matching most of
     #                   the text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases
-    lookup_above: float = 0.05  # sampled, the lookup branch ends before the first token whose estimated chance of
-    #                             standing (how far this request's copies stood, and how likely the target reaches
-    #                             it) is at most this (0: always L tokens; greedy always keeps L)
+    lookup_above: float = 0.05  # sampled, the lookup branch (and a pool phrase) ends before the first token whose
+    #                             estimated chance of standing (how far this request's copies, or pool phrases,
+    #                             stood, and how likely the target reaches it) is at most this; a copy parting from
+    #                             the trunk on a token outside the draft's 8 best guesses is left out (0: none of
+    #                             this, always L tokens; greedy always keeps L)
 
     def __post_init__(self):
         _validate_ints(self)
