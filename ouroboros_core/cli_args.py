@@ -31,10 +31,11 @@ def add_method_args(parser: argparse.ArgumentParser) -> None:
                         help="Ouroboros, sampled: draft on while the whole trunk's estimated chance is above this "
                              "times the tokens a step committed lately")
     parser.add_argument("--second-above", type=float,
-                        help="Ouroboros: verify the draft's next choices whose chance of standing is above this (1: never)")
+                        help="Ouroboros: verify the draft's next choices whose chance of standing is above this "
+                             "(1: never)")
     parser.add_argument("--lookup-above", type=float,
-                        help="Ouroboros: end the lookup branch where a token's estimated chance of standing is at "
-                             "most this (0: always L tokens)")
+                        help="Ouroboros, sampled: end the lookup branch and pool phrases where a token's estimated "
+                             "chance of standing is at most this (0: always L tokens)")
 
 
 def method_options(args, method: str) -> dict:

@@ -220,7 +220,8 @@ class Ouroboros(Vanilla):
 
     def _chain(self, committed: list[int], limit: int):
         """The draft's trunk, phrase by phrase, and its other likely choices where it hesitated as branches (with
-        its guess after each where the trunk went on). Returns (trunk, its sources, branches, attach, each trunk token's chance of standing)."""
+        its guess after each where the trunk went on). Returns (trunk, its sources, branches, attach, each trunk
+        token's chance of standing)."""
         cfg = self.config
         sequence = list(committed)
         trunk: list[int] = []
