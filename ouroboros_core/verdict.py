@@ -73,6 +73,26 @@ def rounding_steps(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return TIE_STEPS * torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(magnitude)))
 
 
+def nucleus_bounds(scores: torch.Tensor, temperature: float, top_p: float, dtype: torch.dtype
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which tokens (V,) the nucleus keeps in some rounding of the scores, and which in every rounding: each
+    score may move by TIE_STEPS rounding steps, and a token is kept where the mass ranked above it is below
+    top_p."""
+    scores = scores.double()
+    everyone = torch.ones_like(scores, dtype=torch.bool)
+    if top_p >= 1.0:
+        return everyone, everyone
+    steps = rounding_steps(scores, dtype)
+    top = float(scores.max()) / temperature
+    least, most = torch.exp((scores - steps) / temperature - top), torch.exp((scores + steps) / temperature - top)
+    order = (scores / temperature).argsort(descending=True)
+    share_least, share_most = (least / most.sum())[order], (most / least.sum())[order]
+    maybe, surely = torch.zeros_like(everyone), torch.zeros_like(everyone)
+    maybe[order] = share_least.cumsum(0) - share_least < top_p
+    surely[order] = share_most.cumsum(0) - share_most < top_p
+    return maybe, surely
+
+
 def drawable(scores: torch.Tensor, tokens: list[int], temperature: float, top_p: float, noise: torch.Tensor,
              dtype: torch.dtype) -> bool:
     """Whether each of `tokens` could be the target's sample, at this position's noise (V,), in a forward of
@@ -87,15 +107,7 @@ def drawable(scores: torch.Tensor, tokens: list[int], temperature: float, top_p:
     scores = scores.double()
     steps = rounding_steps(scores, dtype)
     low, high = (scores - steps) / temperature + noise, (scores + steps) / temperature + noise
-    maybe = surely = torch.ones_like(scores, dtype=torch.bool)
-    if top_p < 1.0:  # kept in some rounding: the mass ranked above it can be below top_p; in every one: always
-        top = float(scores.max()) / temperature
-        least, most = torch.exp((scores - steps) / temperature - top), torch.exp((scores + steps) / temperature - top)
-        order = (scores / temperature).argsort(descending=True)
-        share_least, share_most = (least / most.sum())[order], (most / least.sum())[order]
-        maybe, surely = torch.zeros_like(maybe), torch.zeros_like(surely)
-        maybe[order] = share_least.cumsum(0) - share_least < top_p
-        surely[order] = share_most.cumsum(0) - share_most < top_p
+    maybe, surely = nucleus_bounds(scores, temperature, top_p, dtype)
     to_beat = float(low.masked_fill(~surely, float("-inf")).max())
     return all(bool(maybe[token]) and float(high[token]) >= to_beat for token in tokens)
 
