@@ -202,14 +202,14 @@ API_EVERY_S = 0.25
 def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, window: int | None = None,
              ngram: int | None = None, branches: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
              seed: int | None = None) -> Iterator[dict]:
-    """Race vanilla and Ouroboros on one prompt. Streams {method: {text, token_ids, stop_reason, stats}}
-    (stop_reason and stats are None until a lane is done); the last message is the finished race: each lane
-    with "steps" (the engine's step events: drafted, accepted, rejected, target_token, milliseconds, and the
-    trunk and branches the target verified), its Ouroboros lane with "verdict": {kind: "identical" |
-    "float tie" | "rounding boundary" | "mismatch", first_difference, margin} against vanilla (None if the race was cut short), and in
-    each lane "sampling": {temperature, top_p, seed} (None when greedy). gamma, window, ngram, branches: Ouroboros
-    settings, None for the defaults. temperature 0 is greedy; above 0 both lanes sample, each position's draw
-    fixed by the seed and the position, so they write the same text; seed None picks one (reported)."""
+    """Race vanilla and Ouroboros on one prompt. Streams {method: {text, token_ids, stop_reason, stats}} (stop_reason
+    and stats are None until a lane is done); the last message is the finished race: each lane with "steps" (the
+    engine's step events: drafted, accepted, rejected, target_token, milliseconds, and the trunk and branches the target
+    verified), its Ouroboros lane with "verdict": {kind: "identical" | "float tie" | "rounding boundary" | "mismatch",
+    first_difference, margin} against vanilla (None if the race was cut short), and in each lane "sampling":
+    {temperature, top_p, seed} (None when greedy). gamma, window, ngram, branches: Ouroboros settings, None for the
+    defaults. temperature 0 is greedy; above 0 both lanes sample, each position's draw fixed by the seed and the
+    position, so they write the same text; seed None picks one (reported)."""
     prompt, max_new_tokens, options = check_request(
         prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
     sampling = check_sampling(temperature, top_p, seed)
@@ -345,24 +345,25 @@ with gr.Blocks(title="Ouroboros race") as demo:
     outputs = lane_outputs + [chart, badge, summary]
     race_inputs = [prompt, max_new, gamma, window, ngram, branches, temperature, top_p, seed, speculative_lane, colour,
                    warm]
+    after_race = [step_slider, inspector, replay_button, race_status]
     armed = gr.State(None)  # arm()'s number for the click's race. Every link "multiple": a Run is a new race
     run.click(arm, None, armed, concurrency_limit=None, api_visibility="private", trigger_mode="multiple").then(
         await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden",
         trigger_mode="multiple").success(
-        race_ui, race_inputs + [armed], outputs + [step_slider, inspector, replay_button, race_status], concurrency_id="device",
-        concurrency_limit=1, api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
+        race_ui, race_inputs + [armed], outputs + after_race, concurrency_id="device", concurrency_limit=1,
+        api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
         trigger_mode="multiple", show_progress_on=[race_status], show_progress="minimal").then(
         lambda: "", None, race_status, api_visibility="private", show_progress="hidden")  # also after a refusal
     replay_button.click(arm, None, armed, concurrency_limit=None, api_visibility="private").then(
-        replay_ui, [replay_speed, colour, armed], outputs + [step_slider, inspector, replay_button, race_status], concurrency_id="replay",
-        concurrency_limit=8, api_visibility="private", show_progress="hidden")
+        replay_ui, [replay_speed, colour, armed], outputs + after_race, concurrency_id="replay", concurrency_limit=8,
+        api_visibility="private", show_progress="hidden")
     step_slider.change(inspect_step, step_slider, inspector, concurrency_limit=None, api_visibility="private",
                        show_progress="hidden", preprocess=False)
     speculative_lane.change(lambda on: gr.update(visible=on), speculative_lane, lane_columns["speculative"],
                             api_visibility="private", show_progress="hidden")
     for stopper in (stop_button, stop_near):
         stopper.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
-    clear_button.click(clear, None, outputs + [step_slider, inspector, replay_button, race_status], api_visibility="private").then(
+    clear_button.click(clear, None, outputs + after_race, api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
     loading_outputs = [load_status, pair, load_timer, gamma, window, ngram, branches, room]
     demo.load(loading_view, [prompt, max_new], loading_outputs, api_visibility="private", show_progress="hidden")

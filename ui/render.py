@@ -96,8 +96,8 @@ def lane_parts(lanes: dict[str, Lane], method: str, colour: bool, context: str =
 
 def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None = None) -> str:
     """The race's verdict: identical, a float tie or a rounding boundary (calm: either token is the target's own
-    choice, greedy or sampled), or a mismatch (a bug). Differing outputs wait for their measured verdicts (None: not measured yet); a differing
-    lane without one counts as a mismatch."""
+    choice, greedy or sampled), or a mismatch (a bug). Differing outputs wait for their measured verdicts (None:
+    not measured yet); a differing lane without one counts as a mismatch."""
     if any(lane.done is None for lane in lanes.values()):
         return ""
     if "cancelled" in {lane.done.stop_reason for lane in lanes.values()}:
@@ -149,9 +149,9 @@ def expected(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[floa
     earlier = "the warm-up" + (f" and {count(costs.races - 1, 'earlier race')}" if costs.races > 1 else "")
     return value, (f"expected {value:.2f}x = {stats.tokens_per_forward:.2f} tokens per target forward ÷ a step "
                    f"costing {ratio:.2f}x a vanilla step ({costs.step_ms[method]:.1f} ms against "
-                   f"{costs.step_ms['vanilla']:.1f} ms, medians over {earlier}). In this race a step cost {here:.2f}x a "
-                   f"vanilla one ({step:.1f} ms against {vanilla_step:.1f} ms), and the prompt's prefill and the set-up "
-                   f"took {overhead:.2f} s of its {stats.seconds:.2f} s")
+                   f"{costs.step_ms['vanilla']:.1f} ms, medians over {earlier}). In this race a step cost "
+                   f"{here:.2f}x a vanilla one ({step:.1f} ms against {vanilla_step:.1f} ms), and the prompt's prefill "
+                   f"and the set-up took {overhead:.2f} s of its {stats.seconds:.2f} s")
 
 
 SOURCE_WORDS = {"draft": "by the draft model", "prompt": "by lookup", "pool": "from pool phrases",
