@@ -86,12 +86,15 @@ def sampled_races(bf16_engine):
     return races
 
 
-def assert_within_rounding(engine, prompt: str, vanilla: list[int], at: int, seed: int, margin: float) -> None:
-    """How far vanilla's token at `at` trails the best keyed score in a fresh forward: two rounding steps of each
-    score at most, unless the best token there sits at the nucleus edge (kept in some rounding only), where
-    rounding decides whether it takes part at all and the gap says nothing."""
+def assert_within_rounding(engine, prompt: str, vanilla: list[int], ouroboros: list[int], at: int, seed: int,
+                           margin: float) -> None:
+    """How far vanilla's token at `at` trails the best keyed score in the verdict's own forward (the same shape,
+    so the same scores): two rounding steps of each score at most, unless the best token there sits at the nucleus
+    edge (kept in some rounding only), where rounding decides whether it takes part at all and the gap says
+    nothing."""
     ids = engine.encode(prompt)
-    row = engine.target(input_ids=torch.tensor([ids + vanilla[:at]]), logits_to_keep=1).logits[0, 0].detach()
+    forward = engine.target(input_ids=torch.tensor([ids + ouroboros[:-1]]), logits_to_keep=len(ouroboros) - at)
+    row = forward.logits[0, 0].detach()
     temperature, top_p = SAMPLING["temperature"], SAMPLING["top_p"]
     best = int(keyed_scores(row[None], temperature, top_p, seed, [len(ids) + at])[0].argmax())
     maybe, surely = nucleus_bounds(row, temperature, top_p, torch.bfloat16)
@@ -110,7 +113,7 @@ def test_every_sampled_difference_in_bfloat16_is_a_rounding_boundary(bf16_engine
         if verdict.kind == "rounding boundary":
             at = verdict.first_difference
             assert vanilla[:at] == ouroboros[:at] and vanilla[at] != ouroboros[at]
-            assert_within_rounding(bf16_engine, prompt, vanilla, at, seed, verdict.margin)
+            assert_within_rounding(bf16_engine, prompt, vanilla, ouroboros, at, seed, verdict.margin)
     # The lanes part rarely now that the noise is per token (a flip needs two keyed scores within rounding),
     # so the classification's power is shown on built outputs below; these races part too (7 of 18 measured,
     # three of them where the nucleus edge, not the keyed gap, decided).
