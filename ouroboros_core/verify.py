@@ -88,11 +88,12 @@ def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
 _U64 = tuple(np.uint64(value) for value in (GOLDEN, MIX1, MIX2, 30, 27, 31, 11))
 
 
-def _noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
+def noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
     """SplitMix64's ids-th output after each position's key, >> 11: 53 random bits per (position, id), int64."""
     if ids.device.type == "cpu":
         # numpy's uint64 arithmetic wraps and shifts logically: a third of the ops (and of the time) of the
-        # int64 emulation below on a CPU, the same bits. On an accelerator that one stays where the ids are.
+        # int64 emulation in tensor_noise_bits on a CPU, the same bits. On an accelerator that one stays where
+        # the ids are.
         golden, mix1, mix2, s30, s27, s31, s11 = _U64
         z = np.array([position_key(seed, p) for p in positions], dtype=np.uint64)[:, None]
         z = z + ids.numpy().astype(np.uint64) * golden  # the ids-th output of SplitMix64 started at the key
@@ -102,6 +103,12 @@ def _noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
         z *= mix2
         z ^= z >> s31
         return torch.from_numpy((z >> s11).view(np.int64))
+    return tensor_noise_bits(seed, positions, ids)
+
+
+def tensor_noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
+    """noise_bits in torch's int64 arithmetic, on the ids' device: an accelerator's path. It runs on a CPU too,
+    with the numpy path's bits."""
     keys = torch.tensor([_int64(position_key(seed, p)) for p in positions], dtype=torch.long, device=ids.device)
     z = keys[:, None] + ids.long() * _int64(GOLDEN)
     z = (z ^ _shift_right(z, 30)) * _int64(MIX1)
@@ -120,7 +127,7 @@ def position_noise(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
     adds the same noise to its own scores picks the target's token as often as two close distributions can
     agree, which is what makes its guesses worth verifying. ids: (m,) for every row, or (len(positions), m)."""
     # 53 random bits, then half a step, so the uniform lies strictly inside (0, 1).
-    uniform = _noise_bits(seed, positions, ids).double().add_(0.5).mul_(2.0 ** -53)
+    uniform = noise_bits(seed, positions, ids).double().add_(0.5).mul_(2.0 ** -53)
     return uniform.log_().neg_().log_().neg_()
 
 

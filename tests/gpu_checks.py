@@ -1,6 +1,6 @@
 """What the GPU tests read of a real run rather than of what they asked for: the device and dtype each model
 computed in, where device_map put the target's layers, whether the draft really drafted, and how far a greedy
-reference sits from a tie."""
+reference sits from a tie; and whether the sampling noise computed on a device is the CPU's, value for value."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 
 from conftest import check_margin, token_margins
 from ouroboros_core.verdict import SIXTEEN_BIT, TIE_STEPS, rounding_step
+from ouroboros_core.verify import noise_bits, position_noise, tensor_noise_bits
 
 Place = tuple[torch.device, torch.dtype]
 
@@ -187,3 +188,30 @@ def assert_speculates(method: str, drafted: int, accepted: int, tokens_per_forwa
         assert drafted == accepted == 0 and tokens_per_forward == 1, counts
     else:
         assert drafted > 0 and accepted > 0 and tokens_per_forward > 1, counts
+
+
+# Where 64-bit integer arithmetic emulated in int64 goes wrong if it does (a sign kept by a shift, a product or a
+# sum that wraps): seeds at and past 2^63, positions past 2^16 and 2^32, every id of a Qwen-sized vocabulary.
+NOISE_SEEDS = (0, 1, 11, 2**31 - 1, 2**63 - 2, 2**63 - 1, 2**63, 2**64 - 1)
+NOISE_POSITIONS = (0, 1, 2, 255, 2**16 - 1, 2**16, 2**16 + 1, 2**20 + 3, 2**31, 2**40)
+NOISE_VOCAB = 152_064
+
+
+def assert_noise_as_on_the_cpu(device) -> None:
+    """The noise's tensor path (what an accelerator computes) gives the CPU's numpy path's bits on `device`, every
+    one over the grid, and position_noise there the CPU's values (float64 logs may differ in the last place)."""
+    every = torch.arange(NOISE_VOCAB)  # (V,): the same ids at every position
+    per_row = torch.randperm(NOISE_VOCAB, generator=torch.Generator().manual_seed(0))[:1000 * len(NOISE_POSITIONS)]
+    for ids in (every, per_row.view(len(NOISE_POSITIONS), 1000)):  # and (positions, m): each row its own ids
+        on_device = ids.to(device)
+        for seed in NOISE_SEEDS:
+            expected = noise_bits(seed, NOISE_POSITIONS, ids)
+            got = tensor_noise_bits(seed, NOISE_POSITIONS, on_device)
+            assert same_device(got.device, device) and got.dtype == torch.int64, (got.device, got.dtype)
+            differ = (got.cpu() != expected).nonzero()
+            assert not len(differ), (f"seed {seed}: {len(differ)} of {expected.numel()} values differ, the first "
+                                     f"at position {NOISE_POSITIONS[differ[0, 0]]}, column {int(differ[0, 1])}")
+            noise = position_noise(seed, NOISE_POSITIONS, on_device)
+            assert same_device(noise.device, device)
+            torch.testing.assert_close(noise.cpu(), position_noise(seed, NOISE_POSITIONS, ids), rtol=1e-13,
+                                       atol=1e-13)

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from conftest import ARCHITECTURES, build_model, noisy_copy
-from gpu_checks import (assert_computed_in, assert_parameters_on, assert_placed_as_mapped, assert_speculates,
-                        recording, reference_ties, same_device)
+from gpu_checks import (assert_computed_in, assert_noise_as_on_the_cpu, assert_parameters_on, assert_placed_as_mapped,
+                        assert_speculates, recording, reference_ties, same_device)
 from ouroboros_core import Engine, load_engine
 from ouroboros_core.cache import new_cache
 from ouroboros_core.verify import forward_tree
@@ -99,6 +99,12 @@ def test_target_on_the_gpu_and_draft_on_the_cpu(models, tokenizer, arch):
                                          draft=("cpu", torch.float32))
 
 
+def test_the_sampling_noise_on_the_device_is_the_cpus():
+    """Every lane's sample rests on position_noise being the same on any device: on a GPU it runs the tensor path,
+    which never runs in the CPU suite's engines, so it is held here to the CPU's bits over a large grid."""
+    assert_noise_as_on_the_cpu(DEVICE)
+
+
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_sampling_is_reproducible_and_valid(models, tokenizer, arch):
     engine = gpu_engine(models, tokenizer, arch, torch.float32)
@@ -148,7 +154,7 @@ def test_device_map_auto_spreads_the_target(tmp_path):
 
 @pytest.fixture(scope="module")
 def embedded():
-    return load_engine(device=DEVICE)
+    return load_engine("demo", device=DEVICE)
 
 
 def test_the_embedded_pair_runs_in_float32_and_matches_generate(embedded):
@@ -159,7 +165,7 @@ def test_the_embedded_pair_runs_in_float32_and_matches_generate(embedded):
 def test_the_embedded_pair_in_bfloat16_departs_only_at_float_ties():
     """bfloat16 asked for beats the preset's float32: a preset that overrode the request would compute in
     float32 and fail here."""
-    engine = load_engine(device=DEVICE, dtype="bfloat16")
+    engine = load_engine("demo", device=DEVICE, dtype="bfloat16")
     from ouroboros_core.tools.bench import humaneval_prompts
 
     place = (DEVICE, torch.bfloat16)
@@ -173,7 +179,7 @@ def test_sampled_races_in_16_bits_part_only_at_rounding_boundaries():
     mismatch, and a lane drawn with other noise a mismatch."""
     from ouroboros_core.tools.bench import humaneval_prompts
 
-    engine = load_engine(device=DEVICE, dtype="bfloat16")
+    engine = load_engine("demo", device=DEVICE, dtype="bfloat16")
     sampling = {"temperature": 0.8, "top_p": 0.95}
     kinds = []
     for item in humaneval_prompts(6):
