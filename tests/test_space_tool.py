@@ -1,9 +1,11 @@
 """The Space tool without the network: what goes up, what the Hub would refuse, and the deploy's calls against a
-stand-in HfApi. The rehearsal's slow part (a fresh venv, the app started) runs in .ci/run, not here."""
+stand-in HfApi. The rehearsal's slow part (a fresh venv, the app started) runs in .ci/run, not here; its logs and
+notes are checked with stand-ins."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx2
@@ -12,11 +14,12 @@ import pytest
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 from huggingface_hub.errors import HfHubHTTPError
 
-from ouroboros_core.tools import space
+from ouroboros_core.models import presets
+from ouroboros_core.tools import space, space_rehearsal
 from ouroboros_core.tools.space_files import (MAX_PLAIN_BYTES, SPACE_GITATTRIBUTES, front_matter_problems, git_files, lfs_rules,
                                               storage_problems, stored_in_lfs, upload_set, upload_set_problems)
-from ouroboros_core.tools.space_rehearsal import (app_environment, lay_out, log_problems, log_tracebacks,
-                                                  race_problems)
+from ouroboros_core.tools.space_rehearsal import (Start, app_environment, ignored_note, lay_out, log_problems,
+                                                  log_tracebacks, race_problems)
 from test_structure import ROOT, imports_of
 
 README = """---
@@ -214,7 +217,7 @@ def test_a_hub_error_is_one_line_and_exit_code_1(fake_hub, capsys):
     (["--var", "PATH=/x"], "--var takes KEY=VALUE with KEY one of OUROBOROS_PRESET, OUROBOROS_TARGET"),
     (["--var", "OUROBOROS_DTYPE"], "--var takes KEY=VALUE"),
     (["--preset", "demo", "--var", "OUROBOROS_PRESET=llama-3.1-8b"], "OUROBOROS_PRESET is given twice"),
-    (["--preset", "gpt-5"], "preset 'gpt-5' is not one of demo, qwen-coder-7b"),
+    (["--preset", "gpt-5"], f"preset 'gpt-5' is not one of {', '.join(presets())}"),
 ])
 def test_bad_options_are_refused_before_the_hub_is_touched(fake_hub, capsys, argv, message):
     assert space.main(["deploy", "me/race", *argv]) == 1
@@ -253,7 +256,8 @@ def test_the_race_check_wants_identical_lanes_and_the_log_no_traceback():
            "Exception ignored in: <function BaseEventLoop.__del__>\nTraceback (most recent call last):\n  File \"y\"\n"
            "ValueError: Invalid file descriptor: -1\n")
     assert log_problems(log) == ["the app's log holds a traceback: RuntimeError: `spaces` package is required"]
-    assert log_tracebacks(log)[1] == ["ValueError: Invalid file descriptor: -1"]  # ignored by Python: a note only
+    assert log_tracebacks(log)[1] == [("Exception ignored in: <function BaseEventLoop.__del__>",
+                                       "ValueError: Invalid file descriptor: -1")]  # ignored by Python: a note only
 
 
 def test_this_repositorys_gitattributes_stores_every_large_or_binary_file_through_lfs():
@@ -268,3 +272,32 @@ def test_this_repositorys_gitattributes_stores_every_large_or_binary_file_throug
              if name and (root / name).is_file() and (root / name).stat().st_size > MAX_PLAIN_BYTES]
     assert "assets/models/target/model.safetensors" in large
     assert [name for name in large if not stored_in_lfs(name, rules)] == []
+
+
+def test_the_rehearsal_keeps_its_logs_and_explains_gradios_discarded_event_loops(tmp_path, monkeypatch, capsys):
+    loop_error = ("Exception ignored in: <function BaseEventLoop.__del__ at 0x7f>\nTraceback (most recent call "
+                  "last):\n  File \"selectors.py\", line 42\nValueError: Invalid file descriptor: -1\n")
+    log = "* Running on local URL\n" + loop_error * 3
+    lane = {"token_ids": [1, 2]}
+
+    def prepare_venv(venv, folder, build, pip_log):
+        pip_log.write_text("Successfully installed torch-2.13.0+cpu\n")
+        return Path(sys.executable), 1.0
+
+    def start_and_race(python, folder, work, app_log):
+        assert (folder / "app.py").is_file() and not app_log.is_relative_to(work)
+        app_log.write_text(log)
+        return Start(1.0, 2.0, {"vanilla": lane, "ouroboros": {**lane, "verdict": {"kind": "identical"}}}, log)
+
+    monkeypatch.setattr(space_rehearsal, "prepare_venv", prepare_venv)
+    monkeypatch.setattr(space_rehearsal, "start_and_race", start_and_race)
+    assert space_rehearsal.rehearse(log_dir=tmp_path / "logs") == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "logs" / "app.log").read_text() == log
+    assert (tmp_path / "logs" / "pip.log").read_text().startswith("Successfully installed")
+    assert f"Logs kept: {tmp_path / 'logs' / 'pip.log'}, {tmp_path / 'logs' / 'app.log'}" in out
+    assert ('3 "ValueError: Invalid file descriptor: -1" in BaseEventLoop.__del__, which Python ignored: event loops '
+            "Gradio made and never closed") in out
+    other = "Exception ignored in: <function Foo.__del__>\nTraceback (most recent call last):\nKeyError: 'x'\n"
+    assert ignored_note(log + other).endswith("the log holds 1 other exception(s) Python ignored: KeyError: 'x'")
+    assert space_rehearsal.LOG_DIR.relative_to(ROOT).as_posix() == "tests/artifacts/space-rehearsal"  # git ignores it

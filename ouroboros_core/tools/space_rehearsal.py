@@ -4,7 +4,8 @@ The upload set alone in a temporary folder; a fresh virtual environment holding 
 and what a Space's build adds to it, nothing of this checkout's environment; `python app.py` started there with a
 Space's environment and nothing that points back to this checkout; then one race through /race, whose lanes must
 agree. Running from the folder proves the Space needs nothing outside the set; the times to the page and to the
-first race's answer are what the first visitor of a fresh Space waits.
+first race's answer are what the first visitor of a fresh Space waits. The folder goes afterwards; pip's log and
+the app's stay in LOG_DIR.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ RACE_TOKENS = 24
 START_TIMEOUT_S = 600  # imports, then (before or after the page, as the app chooses) loading and warming the pair
 RACE_TIMEOUT_S = 600
 LOG_TAIL_CHARS = 6000
+LOG_DIR = ROOT / "tests" / "artifacts" / "space-rehearsal"  # git ignores tests/artifacts/
+# Gradio makes an asyncio event loop for each lock and stop event it creates outside a running loop
+# (gradio.utils.safe_get_lock and safe_get_stop_event: at Blocks(), queue() and launch()), sets it as the thread's
+# loop and never closes it, so each one the next replaces becomes garbage in a reference cycle. With SYSTEM=spaces,
+# the Spaces reload server's thread (gradio.utils.watchfn_spaces) imports enough to set off a full collection after
+# launch, and when that collection finalises a loop's self-pipe socket before the loop, the loop's __del__ cannot
+# unregister the closed socket (fd -1). Python ignores the error; the loops never ran anything.
+DISCARDED_LOOP = ("BaseEventLoop.__del__", "ValueError: Invalid file descriptor: -1")
 
 
 class RehearsalFailed(Exception):
@@ -123,13 +132,13 @@ def race(url: str) -> dict:
         raise RehearsalFailed(f"/race failed: {type(err).__name__}: {err}") from None
 
 
-def start_and_race(python: Path, folder: Path, work: Path) -> Start:
-    """Start `python app.py` in folder as a Space does, wait for the page, race once; always stop the app."""
+def start_and_race(python: Path, folder: Path, work: Path, log: Path) -> Start:
+    """Start `python app.py` in folder as a Space does, its output into log, wait for the page, race once; always
+    stop the app."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     home = work / "home"
     home.mkdir(exist_ok=True)
-    log = work / "app.log"
     print(f"Starting python app.py in {folder} on port {port}...", flush=True)
     with log.open("w") as out:
         start = time.perf_counter()
@@ -175,16 +184,19 @@ def race_problems(result) -> list[str]:
     return problems
 
 
-def log_tracebacks(log: str) -> tuple[list[str], list[str]]:
-    """The closing line of each traceback in the app's log: those raised, and those Python ignored (an error in a
-    __del__: Gradio's Spaces reload server leaves two, from its event loop, in any app run with SYSTEM=spaces)."""
+def log_tracebacks(log: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The closing line of each traceback in the app's log: those raised, and, with the line that names where,
+    those Python ignored (an error in a __del__, such as DISCARDED_LOOP's)."""
     raised, ignored = [], []
     lines = log.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("Traceback (most recent call last)"):
             end = next((j for j in range(i + 1, len(lines)) if not lines[j].startswith(" ")), len(lines))
             closing = lines[end] if end < len(lines) else "(the log ends inside it)"
-            (ignored if i and lines[i - 1].startswith("Exception ignored in") else raised).append(closing)
+            if i and lines[i - 1].startswith("Exception ignored in"):
+                ignored.append((lines[i - 1], closing))
+            else:
+                raised.append(closing)
     return raised, ignored
 
 
@@ -217,12 +229,23 @@ def summary(files: list[SpaceFile], build: list[str], install_s: float, start: S
 
 
 def ignored_note(log: str) -> str:
+    """A note on the exceptions Python ignored: Gradio's discarded event loops told apart from anything else."""
     ignored = log_tracebacks(log)[1]
-    return f"\n  note     the log holds {len(ignored)} exception(s) Python ignored: {ignored[0]}" if ignored else ""
+    loops = [entry for entry in ignored if DISCARDED_LOOP[0] in entry[0] and entry[1] == DISCARDED_LOOP[1]]
+    others = [closing for entry in ignored if entry not in loops for closing in entry[1:]]
+    note = ""
+    if loops:
+        note += (f"\n  note     {len(loops)} \"{DISCARDED_LOOP[1]}\" in {DISCARDED_LOOP[0]}, which Python ignored: "
+                 "event loops Gradio made and never closed, collected after their sockets (harmless; see "
+                 "space_rehearsal.DISCARDED_LOOP)")
+    if others:
+        note += f"\n  note     the log holds {len(others)} other exception(s) Python ignored: {others[0]}"
+    return note
 
 
-def rehearse(venv: Path | None = None) -> int:
-    """The whole rehearsal; prints what it measured and found. 0 when every check passed, else 1."""
+def rehearse(venv: Path | None = None, log_dir: Path = LOG_DIR) -> int:
+    """The whole rehearsal; prints what it measured and found, and keeps pip's log and the app's in log_dir.
+    0 when every check passed, else 1."""
     files = upload_set(ROOT)
     for name in untracked_in_space(ROOT):
         print(f"warning: {name} is not tracked by git, so the Space would not get it", flush=True)
@@ -232,6 +255,7 @@ def rehearse(venv: Path | None = None) -> int:
         print("Rehearsal failed before starting anything:\n  " + "\n  ".join(problems))
         return 1
     build = [package.format(**front_matter(files)) for package in SPACE_BUILD]
+    log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="space-rehearsal-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         folder = work / "space"
@@ -239,20 +263,22 @@ def rehearse(venv: Path | None = None) -> int:
         target = venv or work / "venv"
         print(f"Installing requirements.txt, then {' '.join(build)}, into {target}...", flush=True)
         try:
-            python, install_s = prepare_venv(target, folder, build, work / "pip.log")
+            python, install_s = prepare_venv(target, folder, build, log_dir / "pip.log")
             print(f"Installed in {install_s:.1f} s", flush=True)
-            start = start_and_race(python, folder, work)
+            start = start_and_race(python, folder, work, log_dir / "app.log")
         except RehearsalFailed as err:
             print(f"Rehearsal failed: {err}")
             if err.log is not None:
                 print_tail(err.log.name, err.log.read_text(errors="replace"))
+            print(f"Logs kept: {log_dir / 'pip.log'}, {log_dir / 'app.log'}", flush=True)
             return 1
-        problems = race_problems(start.result) + log_problems(start.log)
-        print(summary(files, build, install_s, start, problems))
-        if problems:
-            print("Rehearsal failed:\n  " + "\n  ".join(problems))
-            print_tail("app log", start.log)
-        else:
-            print("Rehearsal passed.")
         print(f"Removing {work}...", flush=True)
+    problems = race_problems(start.result) + log_problems(start.log)
+    print(summary(files, build, install_s, start, problems))
+    if problems:
+        print("Rehearsal failed:\n  " + "\n  ".join(problems))
+        print_tail("app log", start.log)
+    else:
+        print("Rehearsal passed.")
+    print(f"Logs kept: {log_dir / 'pip.log'}, {log_dir / 'app.log'}", flush=True)
     return 1 if problems else 0
