@@ -1,11 +1,13 @@
-"""The Space tool without the network: what goes up, what the Hub would refuse, and the deploy's calls against a
-stand-in HfApi. The rehearsal's slow part (a fresh venv, the app started) runs in .ci/run, not here; its logs and
-notes are checked with stand-ins."""
+"""The Space tool without the network: what goes up (README and requirements fitted to the Space), what the Hub
+would refuse, and the deploy's calls against a stand-in HfApi. The rehearsal's slow part (a fresh venv, the app
+started) runs in .ci/run, not here; its logs and notes are checked with stand-ins."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import httpx2
@@ -13,10 +15,12 @@ import huggingface_hub.constants
 import pytest
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 from huggingface_hub.errors import HfHubHTTPError
+from packaging.requirements import Requirement
 
 from ouroboros_core.models import presets
 from ouroboros_core.tools import space, space_rehearsal
-from ouroboros_core.tools.space_files import (MAX_PLAIN_BYTES, SPACE_GITATTRIBUTES, front_matter_problems, git_files, lfs_rules,
+from ouroboros_core.tools.space_files import (MAX_PLAIN_BYTES, SPACE_GITATTRIBUTES, SpaceFile, front_matter,
+                                              front_matter_problems, git_files, lfs_rules, requirement_pins,
                                               storage_problems, stored_in_lfs, upload_set, upload_set_problems)
 from ouroboros_core.tools.space_rehearsal import (Start, app_environment, ignored_note, lay_out, log_problems,
                                                   log_tracebacks, race_problems)
@@ -35,12 +39,16 @@ colorTo: indigo
 """
 
 
-def lay(tmp_path, files: dict[str, bytes | str]):
+def lay(tmp_path, files: dict[str, bytes | str], **fitted):
     for name, content in files.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    return upload_set(tmp_path)
+    return upload_set(tmp_path, **fitted)
+
+
+def text_of(files, path: str) -> str:
+    return next(f for f in files if f.path == path).read().decode()
 
 
 def minimal_space(**extra) -> dict:
@@ -75,6 +83,60 @@ def test_outside_git_the_set_comes_from_a_walk_with_the_same_filter(tmp_path):
                                            "docs/x.png": b"\0", ".gitattributes": "*.py -text\n"}))
     assert [f.path for f in files] == [".gitattributes", "README.md", "app.py", "requirements.txt", "ui/a.py"]
     assert files[0].read() == SPACE_GITATTRIBUTES.encode()  # generated, never the folder's own
+
+
+# --- README.md and requirements.txt, fitted to the Space ---------------------------------------------------------
+
+def test_the_space_readme_links_to_nothing_the_upload_leaves_out():
+    files = upload_set(ROOT)
+    paths = {f.path for f in files}
+    readme = text_of(files, "README.md")
+    targets = re.findall(r"\]\(([^)\s]+)", readme) + re.findall(r"(?:src|href)=\"([^\"]+)\"", readme)
+    local = [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:|#", t)]
+    assert local and all(t in paths or any(p.startswith(t.rstrip("/") + "/") for p in paths) for t in local), local
+    assert "docs/race.gif" in (ROOT / "README.md").read_text() and "docs/race.gif" not in readme
+
+
+def test_a_link_the_space_cannot_follow_becomes_absolute_or_keeps_its_text(tmp_path):
+    body = ("![shot](docs/a.png)\nSee [the notes](docs/notes.md#why), [the app](app.py), [web](https://x.org/y) and "
+            "[top](#test).\n")
+    space_files = minimal_space(**{"README.md": README + body, "docs/a.png": b"\0", "docs/notes.md": "n"})
+    dropped = text_of(lay(tmp_path / "a", space_files), "README.md")
+    assert dropped.endswith("\n\nSee the notes, [the app](app.py), [web](https://x.org/y) and [top](#test).\n")
+    linked = text_of(lay(tmp_path / "b", space_files, project_url="https://example.org/race/blob/main/"),
+                     "README.md")
+    assert ("![shot](https://example.org/race/blob/main/docs/a.png)\nSee [the notes]"
+            "(https://example.org/race/blob/main/docs/notes.md#why), [the app](app.py)") in linked
+    html = lay(tmp_path / "c", minimal_space(**{"README.md": README + '<img src="docs/a.png">\n'}))
+    assert upload_set_problems(html) == ["README.md links to docs/a.png, which the Space lacks"]
+
+
+def test_a_cpu_space_installs_torchs_cpu_build_and_a_gpu_space_the_projects_pins():
+    project = (ROOT / "requirements.txt").read_text()
+    pin = requirement_pins(project)["torch"]
+    assert "+" not in pin
+    for hardware in (None, "cpu-basic", "cpu-upgrade"):
+        lines = text_of(upload_set(ROOT, hardware), "requirements.txt").splitlines()
+        assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
+        (torch,) = [Requirement(line) for line in lines if line.startswith("torch")]
+        assert torch.specifier.contains(f"{pin}+cpu") and not torch.specifier.contains(pin)  # never PyPI's CUDA build
+        others = [line for line in lines if not line.startswith(("#", "--", "torch"))]
+        assert others == [line for line in project.splitlines() if not line.startswith(("#", "torch"))]
+    for hardware in ("t4-small", "zero-a10g"):
+        assert text_of(upload_set(ROOT, hardware), "requirements.txt") == project
+    assert (ROOT / "requirements.txt").read_text() == project  # the project's own file is left as it is
+
+
+def test_a_zero_gpu_space_runs_zero_gpus_python_and_pins_it_cannot_install_are_named(tmp_path):
+    assert front_matter(upload_set(ROOT, "zero-a10g"))["python_version"] == "3.10.13"
+    assert front_matter(upload_set(ROOT, "t4-small"))["python_version"] == front_matter(
+        [SpaceFile("README.md", ROOT / "README.md")])["python_version"]
+    pandas, needs = metadata.version("pandas"), metadata.metadata("pandas")["Requires-Python"]
+    assert needs == ">=3.11"  # pandas 3 left Python 3.10 behind
+    files = lay(tmp_path, minimal_space(**{"requirements.txt": f"gradio==6.31.0\npandas=={pandas}\n"}),
+                hardware="zero-a10g")
+    assert front_matter_problems(files) == [
+        f"requirements.txt pins pandas=={pandas}, which needs Python >=3.11, but the Space runs Python 3.10.13"]
 
 
 # --- what the Hub would refuse --------------------------------------------------------------------------------
@@ -165,7 +227,7 @@ def test_dry_run_lists_every_file_with_its_size_and_calls_no_hub(monkeypatch, ca
     assert space.main(["deploy", "me/race", "--dry-run", "--preset", "demo", "--hardware", "t4-small"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    for file in upload_set(ROOT):
+    for file in upload_set(ROOT, "t4-small"):
         assert any(line.split() == [f"{file.size:,}", file.path] + (["(LFS)"] if file.path.endswith(
             (".safetensors", ".png")) else []) for line in lines), file.path
     assert "https://huggingface.co/spaces/me/race" in out
@@ -199,7 +261,7 @@ def test_deploy_creates_the_space_sets_variables_uploads_the_set_and_requests_ha
 def test_without_a_token_deploy_says_how_to_get_one(fake_hub, monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("HF_TOKEN")
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    assert space.main(["deploy", "me/race"]) == 1
+    assert space.main(["deploy", "me/race", "--preset", "demo"]) == 1
     assert "error: no Hugging Face token: set HF_TOKEN to a token with write access, or run `hf auth login`" in (
         capsys.readouterr().err)
     assert fake_hub.made == []
@@ -207,7 +269,7 @@ def test_without_a_token_deploy_says_how_to_get_one(fake_hub, monkeypatch, tmp_p
 
 def test_a_hub_error_is_one_line_and_exit_code_1(fake_hub, capsys):
     fake_hub.fail_on = "create_repo"
-    assert space.main(["deploy", "me/race"]) == 1
+    assert space.main(["deploy", "me/race", "--preset", "demo"]) == 1
     err = capsys.readouterr().err
     assert err.strip() == "error: creating the Space me/race failed: 403 Forbidden: you cannot create a Space here."
 

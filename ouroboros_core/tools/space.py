@@ -1,12 +1,12 @@
 """The demo on a Hugging Face Space in one command, and its start rehearsed here first.
 
     python3 -m ouroboros_core.tools.space deploy OWNER/NAME [--preset P] [--var KEY=VALUE]... [--hardware H]
-                                                  [--private] [--dry-run]
+                                                  [--private] [--project-url URL] [--dry-run]
     python3 -m ouroboros_core.tools.space rehearse [--venv PATH]
 
-Deploy, dry run and rehearsal all use one set of files (space_files.upload_set). The deploy goes through
-huggingface_hub's HfApi with the token it finds (HF_TOKEN or `hf auth login`); the rehearsal
-(space_rehearsal.py) starts the set alone, as a Space does, and races once.
+Deploy, dry run and rehearsal all use one set of files (space_files.upload_set, its README and requirements.txt
+fitted to the hardware). The deploy goes through huggingface_hub's HfApi with the token it finds (HF_TOKEN or
+`hf auth login`); the rehearsal (space_rehearsal.py) starts the set alone, as a Space does, and races once.
 """
 
 from __future__ import annotations
@@ -118,13 +118,14 @@ def run_deploy(args: argparse.Namespace) -> None:
         raise DeployError(f"{args.repo_id!r} is not a Space id (OWNER/NAME): {err}") from None
     variables = space_variables(args.preset, args.var)
     hardware = check_hardware(args.hardware)
-    files = upload_set(ROOT)
+    files = upload_set(ROOT, hardware, args.project_url)
     print("\n".join(plan_lines(args.repo_id, files, variables, hardware, args.private)))
     for name in untracked_in_space(ROOT):
         print(f"warning: {name} is not tracked by git, so it is left out; git add it to deploy it")
     problems = upload_set_problems(files)
     if problems:
-        raise DeployError("the Hub would refuse or misread this upload:\n  " + "\n  ".join(problems))
+        raise DeployError("the Hub would refuse this upload, or the Space fail to build or read it:\n  "
+                          + "\n  ".join(problems))
     if args.dry_run:
         print("Dry run: nothing was sent to the Hub.")
         return
@@ -146,6 +147,9 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--hardware", help=f"requests this hardware ({', '.join(HARDWARE)}); default: left as is")
     push.add_argument("--private", action="store_true", help="makes a new Space private (an existing one keeps "
                       "its visibility)")
+    push.add_argument("--project-url", metavar="URL", help="where the project's files are on the web (such as "
+                      "https://github.com/OWNER/REPO/blob/main): README links to files the Space lacks point there; "
+                      "without it, those links keep only their text and such images go")
     push.add_argument("--dry-run", action="store_true", help="prints the plan and touches nothing")
     rehearse = commands.add_parser("rehearse", help="start the upload set as a Space does, here, and race once")
     rehearse.add_argument("--venv", type=Path,
