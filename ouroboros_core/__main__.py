@@ -35,7 +35,8 @@ def stats_line(done: DoneEvent) -> str:
 def cmd_generate(args) -> int:
     prompt = args.prompt if args.prompt != "-" else sys.stdin.read()
     engine = engine_from_args(args)
-    events = engine.stream(prompt, args.method, args.max_new_tokens, **method_options(args, args.method))
+    events = engine.stream(prompt, args.method, args.max_new_tokens, raw=args.raw,
+                           **method_options(args, args.method))
     colour = sys.stdout.isatty() and not args.no_colour
     for event in events:
         if args.events:
@@ -72,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print one JSON object: token_ids, text, stats")
     out.add_argument("--events", action="store_true", help="print every event as a JSON line")
     gen.add_argument("--no-colour", action="store_true", help="plain text even on a terminal")
+    gen.add_argument("--raw", action="store_true",
+                     help="for a chat pair (the default): continue the prompt as it is instead of answering it as "
+                          "a user's chat turn")
     add_model_args(gen)
     add_method_args(gen)
     gen.set_defaults(func=cmd_generate)

@@ -154,6 +154,7 @@ class Engine:
         self.draft = draft.eval() if draft is not None else None
         self.tokenizer = tokenizer
         self.name = name
+        self.target_source: str | None = None  # where the target's weights came from, in words (load_engine's)
         self.chat = chat and tokenizer.chat_template is not None  # wrap prompts as a user turn
         self.eos = eos_ids(target, tokenizer)
         # A target may pad its vocabulary past its draft's (Qwen2.5 7B: 152,064 rows, its 0.5B draft 151,936),
@@ -196,7 +197,9 @@ class Engine:
         cfg = OuroborosConfig(**options)
         return PhrasePool(cfg.guess_set, cfg.pool_size)
 
-    def encode(self, prompt) -> list[int]:
+    def encode(self, prompt, raw: bool = False) -> list[int]:
+        """The prompt's ids: for a chat pair a user's turn through the chat template, unless `raw` (the text as
+        it is, for a caller who writes the template, or a completion, themselves)."""
         if not isinstance(prompt, str):
             raise ConfigError(f"prompt must be text, got {type(prompt).__name__}")
         if not prompt.strip():
@@ -206,22 +209,23 @@ class Engine:
         except UnicodeEncodeError as err:  # a lone surrogate, e.g. half of an emoji from a broken client
             raise ConfigError(f"prompt is not valid Unicode text: a lone surrogate "
                               f"(U+{ord(prompt[err.start]):04X}) at character {err.start}") from None
-        if self.chat:
+        if self.chat and not raw:
             text = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer(prompt)["input_ids"]
 
     def stream(self, prompt: str, method: str = "ouroboros", max_new_tokens: int = 128, *,
-               stop=None, pool: PhrasePool | None = None, **options) -> Iterator[Event]:
+               stop=None, pool: PhrasePool | None = None, raw: bool = False, **options) -> Iterator[Event]:
         """Validate the request now, then return the generator of its events (StepEvent..., DoneEvent).
 
+        raw: send the prompt as it is, not as a chat turn (see encode).
         stop: anything with is_set() (a threading.Event); the loop checks it before every step.
         pool: a PhrasePool kept across requests (Ouroboros only); by default each request has its own.
         """
         sampling, method_config = build_configs(method, {**self.defaults.get(method, {}), **options})
         check_int("max_new_tokens", max_new_tokens, 1, max(1, self.max_context - 1))
-        ids = self.encode(prompt)
+        ids = self.encode(prompt, raw)
         room = self.max_context - max_new_tokens
         if len(ids) > room:
             raise ConfigError(
@@ -250,11 +254,11 @@ class Engine:
         raise AssertionError("stream ended without a DoneEvent")
 
     def verdict(self, prompt: str, a, b, temperature: float = 0.0, top_p: float = 1.0,
-                seed: int | None = None) -> OutputVerdict:
+                seed: int | None = None, raw: bool = False) -> OutputVerdict:
         """Whether two outputs (new token ids) of this target for `prompt`, greedy or sampled with these settings,
         are identical, part at a float tie or a rounding boundary, or mismatch; one extra target forward at the
         first difference measures it."""
-        return output_verdict(self.target, self.encode(prompt), list(a), list(b), temperature, top_p, seed)
+        return output_verdict(self.target, self.encode(prompt, raw), list(a), list(b), temperature, top_p, seed)
 
     def _verifiable(self, proposal: Proposal) -> Proposal:
         """Nothing after an end-of-sequence token can be committed, so nothing after it is verified, on the trunk

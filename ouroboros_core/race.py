@@ -53,14 +53,15 @@ class Lane:
 
 
 def race(engine, prompt: str, methods: list[str], max_new_tokens: int, options: dict[str, dict] | None = None,
-         stop=None, pools: dict | None = None) -> Iterator[dict[str, Lane]]:
-    """Yield the lanes after every step of any lane. Requests are validated before the first yield."""
+         stop=None, pools: dict | None = None, raw: bool = False) -> Iterator[dict[str, Lane]]:
+    """Yield the lanes after every step of any lane. Requests are validated before the first yield. raw: the
+    prompt as it is, not as a chat turn (Engine.encode)."""
     options = options or {}
     pools = pools or {}
     streams = {}
     for method in methods:
         extra = {"pool": pools[method]} if method in pools else {}
-        streams[method] = engine.stream(prompt, method, max_new_tokens, stop=stop, **extra,
+        streams[method] = engine.stream(prompt, method, max_new_tokens, stop=stop, raw=raw, **extra,
                                         **options.get(method, {}))
     lanes = {method: Lane(method) for method in methods}
     try:
