@@ -77,7 +77,7 @@ def on_policy_figures(target, draft, tokenizer, stubs: int, new_tokens: int = 12
     target's own continuations of held-out (pip) stubs, greedy and sampled. Greedy: the two argmaxes agree;
     sampled (top-p 0.95): the overlap of the two nucleus distributions, 1 - total variation, the most often any
     way of coupling a draft's guess with the target's sample can be right."""
-    from .corpus import heldout_prompts
+    from .corpus import EOS, heldout_prompts
     from .target_samples import TOP_P, sample_batch
 
     torch.manual_seed(seed)
@@ -87,7 +87,9 @@ def on_policy_figures(target, draft, tokenizer, stubs: int, new_tokens: int = 12
         hits = positions = 0.0
         for start in range(0, len(prompts), 32):
             batch = prompts[start : start + 32]
-            for cut, ids in sample_batch(target, tokenizer, batch, temperature, new_tokens):
+            eos = tokenizer.convert_tokens_to_ids(EOS)
+            encoded = [tokenizer(prompt)["input_ids"] for prompt in batch]
+            for cut, ids in sample_batch(target, encoded, eos, eos, temperature, new_tokens):
                 x = torch.tensor([ids])
                 logits = [model(input_ids=x).logits[0, cut - 1 : -1].float() for model in (target, draft)]
                 if temperature:

@@ -13,6 +13,7 @@ One JSON line per sample: {"id", "temperature", "prompt_tokens", "ids"} with ids
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import sysconfig
@@ -35,21 +36,19 @@ def stub_prompts(limit: int | None, seed: int, max_chars: int = 1500) -> list[di
     return stubs[:limit] if limit else stubs
 
 
-def sample_batch(target, tokenizer, prompts: list[str], temperature: float,
+def sample_batch(target, encoded: list[list[int]], eos: int, pad: int, temperature: float,
                  max_new_tokens: int) -> list[tuple[int, list[int]]]:
-    """The target's continuations of a batch of prompts (left-padded together), each cut after its first EOS:
-    (prompt tokens, prompt + continuation ids) per prompt."""
+    """The target's continuations of a batch of encoded prompts (left-padded together), each cut after its first
+    EOS: (prompt tokens, prompt + continuation ids) per prompt."""
     import torch
 
-    eos = tokenizer.convert_tokens_to_ids(EOS)
-    encoded = [tokenizer(prompt)["input_ids"] for prompt in prompts]
     width = max(map(len, encoded))
-    input_ids = torch.tensor([[eos] * (width - len(ids)) + ids for ids in encoded])
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded])
     attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
     sampling = {"do_sample": True, "temperature": temperature, "top_p": TOP_P} if temperature else {"do_sample": False}
     with torch.no_grad():
         out = target.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
-                              pad_token_id=eos, eos_token_id=eos, top_k=None, **sampling)
+                              pad_token_id=pad, eos_token_id=eos, top_k=None, **sampling)
     rows = []
     for ids, row in zip(encoded, out[:, width:].tolist()):
         if eos in row:
@@ -58,24 +57,24 @@ def sample_batch(target, tokenizer, prompts: list[str], temperature: float,
     return rows
 
 
-def write_samples(target, tokenizer, stubs: list[dict], out: Path, max_new_tokens: int, batch_size: int,
-                  log=print) -> int:
-    """Continue every stub at its temperature (they take turns), appending to `out` batch by batch, so an
+def write_samples(target, encode, eos: int, stubs: list[dict], out: Path, max_new_tokens: int, batch_size: int,
+                  log=print, temperatures: tuple[float, ...] = TEMPERATURES) -> int:
+    """Continue every stub (`encode(stub)` gives its ids) at its temperature (they take turns), appending to `out` batch by batch, so an
     interrupted run keeps what it made and a rerun picks up after it. Returns the number of new tokens."""
     done = set()
     if out.exists():
         done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
-    todo = [(stub, TEMPERATURES[i % len(TEMPERATURES)]) for i, stub in enumerate(stubs) if stub["id"] not in done]
+    todo = [(stub, temperatures[i % len(temperatures)]) for i, stub in enumerate(stubs) if stub["id"] not in done]
     batches = []
-    for temperature in TEMPERATURES:  # one temperature per batch, similar prompt lengths together (less padding)
-        group = sorted((item for item in todo if item[1] == temperature), key=lambda item: len(item[0]["prompt"]))
+    for temperature in temperatures:  # one temperature per batch, similar prompt lengths together (less padding)
+        group = sorted((item for item in todo if item[1] == temperature), key=lambda item: len(encode(item[0])))
         batches += [group[i : i + batch_size] for i in range(0, len(group), batch_size)]
     random.Random(len(todo)).shuffle(batches)  # the temperatures interleave, so a partial file has them all
     started, new_tokens = time.perf_counter(), 0
     out.parent.mkdir(parents=True, exist_ok=True)
     for number, batch in enumerate(batches, 1):
         temperature = batch[0][1]
-        rows = sample_batch(target, tokenizer, [stub["prompt"] for stub, _ in batch], temperature, max_new_tokens)
+        rows = sample_batch(target, [encode(stub) for stub, _ in batch], eos, eos, temperature, max_new_tokens)
         with out.open("a") as file:
             for (stub, _), (prompt_tokens, ids) in zip(batch, rows):
                 new_tokens += len(ids) - prompt_tokens
@@ -91,6 +90,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines file (appended to; a rerun resumes)")
     parser.add_argument("--models", type=Path, default=MODELS, help="the pair's folder (its target/ writes)")
+    parser.add_argument("--pair", choices=["demo", "smollm2"], default="demo",
+                        help="demo: the embedded pair's target continues standard-library stubs; smollm2: the "
+                             "default preset's target answers chat_requests' training requests")
+    parser.add_argument("--heldout", action="store_true",
+                        help="with --pair smollm2: the held-out requests (pip's), greedy only, for the draft's card")
     parser.add_argument("--limit", type=int, default=None, help="how many stubs (default: all of them)")
     parser.add_argument("--max-new-tokens", type=int, default=192)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -99,20 +103,46 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1 or args.batch_size < 1:
         parser.error("--max-new-tokens and --batch-size must be at least 1")
-    if not (args.models / "target" / "config.json").is_file():
-        parser.error(f"--models {args.models}: no target/config.json there")
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(args.models / "target")
-    target = AutoModelForCausalLM.from_pretrained(args.models / "target", dtype=torch.float32).eval()
-    stubs = stub_prompts(args.limit, args.seed)
-    print(f"{len(stubs)} stubs from the standard library, temperatures {TEMPERATURES}, top-p {TOP_P}")
-    new_tokens = write_samples(target, tokenizer, stubs, args.out, args.max_new_tokens, args.batch_size)
+    if args.pair == "smollm2":
+        from ouroboros_core.models import load_target_of
+
+        from .chat_requests import heldout_requests, training_requests
+
+        target, tokenizer = load_target_of("smollm2", log=print)
+        stubs = heldout_requests(args.limit) if args.heldout else training_requests(args.limit, args.seed)
+        temperatures = (0.0,) if args.heldout else TEMPERATURES
+        encode = functools.lru_cache(maxsize=None)(lambda text, chat: tuple(encoded(tokenizer, text, chat)))
+        print(f"{len(stubs)} requests, temperatures {temperatures}, top-p {TOP_P}")
+        new_tokens = write_samples(target, lambda stub: list(encode(stub["prompt"], stub["chat"])),
+                                   tokenizer.eos_token_id, stubs, args.out, args.max_new_tokens, args.batch_size,
+                                   temperatures=temperatures)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not (args.models / "target" / "config.json").is_file():
+            parser.error(f"--models {args.models}: no target/config.json there")
+        tokenizer = AutoTokenizer.from_pretrained(args.models / "target")
+        target = AutoModelForCausalLM.from_pretrained(args.models / "target", dtype=torch.float32).eval()
+        stubs = stub_prompts(args.limit, args.seed)
+        print(f"{len(stubs)} stubs from the standard library, temperatures {TEMPERATURES}, top-p {TOP_P}")
+        new_tokens = write_samples(target, lambda stub: tokenizer(stub["prompt"])["input_ids"],
+                                   tokenizer.convert_tokens_to_ids(EOS), stubs, args.out, args.max_new_tokens,
+                                   args.batch_size)
     print(f"{new_tokens:,} new tokens written to {args.out}")
+
+
+def encoded(tokenizer, text: str, chat: bool) -> list[int]:
+    """A request's ids as the engine encodes it: a user turn through the chat template, or the raw text."""
+    if chat:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(text)["input_ids"]
 
 
 if __name__ == "__main__":
