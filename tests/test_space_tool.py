@@ -363,3 +363,14 @@ def test_the_rehearsal_keeps_its_logs_and_explains_gradios_discarded_event_loops
     other = "Exception ignored in: <function Foo.__del__>\nTraceback (most recent call last):\nKeyError: 'x'\n"
     assert ignored_note(log + other).endswith("the log holds 1 other exception(s) Python ignored: KeyError: 'x'")
     assert space_rehearsal.LOG_DIR.relative_to(ROOT).as_posix() == "tests/artifacts/space-rehearsal"  # git ignores it
+
+
+def test_the_rehearsal_installs_the_same_pins_when_an_index_is_out_of_reach(tmp_path, monkeypatch, capsys):
+    lay_out(upload_set(ROOT, "cpu-basic"), tmp_path / "space")
+    monkeypatch.setattr(space_rehearsal, "reachable", lambda url: True)
+    assert space_rehearsal.requirements_here(tmp_path / "space") == tmp_path / "space" / "requirements.txt"
+    monkeypatch.setattr(space_rehearsal, "reachable", lambda url: False)
+    copy = space_rehearsal.requirements_here(tmp_path / "space")
+    space_lines = (tmp_path / "space" / "requirements.txt").read_text().splitlines()
+    assert copy.read_text().splitlines() == [line for line in space_lines if not line.startswith("--extra-index-url")]
+    assert "Not reachable from here: https://download.pytorch.org/whl/cpu" in capsys.readouterr().out

@@ -75,16 +75,41 @@ def outside_checkout(path: str) -> bool:
     return not Path(path).resolve().is_relative_to(ROOT)
 
 
+def reachable(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=10):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def requirements_here(folder: Path) -> Path:
+    """folder's requirements.txt, or, when an index it names cannot be reached from here, a copy beside folder
+    without that line (pip would retry the index for every package, minutes in all); the pins stay as they are."""
+    lines = (folder / "requirements.txt").read_text().splitlines()
+    indexes = [line.split()[1] for line in lines if line.startswith("--extra-index-url ")]
+    unreachable = [url for url in indexes if not reachable(url)]
+    if not unreachable:
+        return folder / "requirements.txt"
+    print(f"Not reachable from here: {', '.join(unreachable)}; installing the same pins from pip's other sources "
+          "(the Space reaches it)", flush=True)
+    copy = folder.parent / "requirements-here.txt"
+    copy.write_text("".join(f"{line}\n" for line in lines
+                            if not (line.startswith("--extra-index-url ") and line.split()[1] in unreachable)))
+    return copy
+
+
 def prepare_venv(venv: Path, folder: Path, build: list[str], log: Path) -> tuple[Path, float]:
-    """Into venv (made first if missing): folder's requirements.txt, then what the Space's build adds.
-    Returns the venv's python and the seconds it took."""
+    """Into venv (made first if missing): folder's requirements.txt (requirements_here), then what the Space's
+    build adds. Returns the venv's python and the seconds it took."""
     python = venv / "bin" / "python"
     start = time.perf_counter()
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    requirements = requirements_here(folder)
     with log.open("w") as out:
-        for packages in (["-r", "requirements.txt"], build):
+        for packages in (["-r", str(requirements)], build):
             done = subprocess.run([str(python), "-m", "pip", "install", *packages], cwd=folder, env=env, stdout=out,
                                   stderr=subprocess.STDOUT)
             if done.returncode != 0:
