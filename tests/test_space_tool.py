@@ -1,6 +1,7 @@
 """The Space tool without the network: what goes up (README and requirements fitted to the Space), what the Hub
 would refuse, and the deploy's calls against a stand-in HfApi. The rehearsal's slow part (a fresh venv, the app
-started) runs in .ci/run, not here; its logs and notes are checked with stand-ins."""
+started) runs in .ci/run, not here; its logs and notes are checked with stand-ins. The plan's fit, gating and cost
+checks are in test_spaces.py."""
 
 from __future__ import annotations
 
@@ -280,6 +281,8 @@ def test_a_hub_error_is_one_line_and_exit_code_1(fake_hub, capsys):
     (["--var", "OUROBOROS_DTYPE"], "--var takes KEY=VALUE"),
     (["--preset", "demo", "--var", "OUROBOROS_PRESET=llama-3.1-8b"], "OUROBOROS_PRESET is given twice"),
     (["--preset", "gpt-5"], f"preset 'gpt-5' is not one of {', '.join(presets())}"),
+    (["--var", "OUROBOROS_DTYPE=float8"], "OUROBOROS_DTYPE takes one of float32, bfloat16, float16; got 'float8'"),
+    (["--var", "OUROBOROS_TARGET=a/b"], "OUROBOROS_TARGET and OUROBOROS_DRAFT go together"),
 ])
 def test_bad_options_are_refused_before_the_hub_is_touched(fake_hub, capsys, argv, message):
     assert space.main(["deploy", "me/race", *argv]) == 1

@@ -1,6 +1,8 @@
 """Start-up as Hugging Face Spaces runs it. On ZeroGPU nothing may touch the device outside a function wrapped
 by `spaces.GPU`: a stand-in `spaces` module records every model forward and whether it ran inside one.
-And a pair too large for the device's free memory is refused before loading, with a message that says why."""
+And a pair too large for the device's free memory is refused before loading, with a message that says why;
+before that, the Space tool's plan refuses a pair too large for the hardware and says what a model or the
+hardware needs (a secret, billing), without touching the Hub."""
 
 from __future__ import annotations
 
@@ -13,8 +15,12 @@ import pytest
 import torch
 from transformers import PreTrainedModel
 
+from huggingface_hub import SpaceHardware
+
 from ouroboros_core import Engine, LoadError, load_engine
 import ouroboros_core.models as models_module
+from ouroboros_core.tools import space
+from ouroboros_core.tools.space_files import upload_set
 
 PROMPT = 'def count_words(text):\n    """Count the words in text."""\n'
 
@@ -92,17 +98,98 @@ def test_without_zero_gpu_start_up_warms_up(monkeypatch, installed):
 
 
 def test_a_pair_too_big_for_free_memory_is_refused_before_loading(monkeypatch):
-    engine = load_engine(device="cpu", check_memory=False)
+    engine = load_engine("demo", device="cpu", check_memory=False)
     size = {role: sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights once
             for role, model in (("target", engine.target), ("draft", engine.draft))}
     loaded = []
     monkeypatch.setattr(models_module, "free_memory_bytes", lambda device: 8 * 2**20)  # 8 MiB free
     monkeypatch.setattr(models_module, "load_model", lambda *a, **k: loaded.append(a))
     with pytest.raises(LoadError) as caught:
-        load_engine(device="cpu")
+        load_engine("demo", device="cpu")
     # Counted from the safetensors headers, the need matches the loaded models' float32 weights.
     expected = (f"the pair needs about {models_module.size_text(sum(size.values()))} in float32 "
                 f"(target {models_module.size_text(size['target'])}, draft {models_module.size_text(size['draft'])}) "
                 f"but cpu has 8 MiB free")
     assert expected in str(caught.value) and "OUROBOROS_DTYPE" in str(caught.value)
     assert loaded == [], "nothing is loaded once the pair is known not to fit"
+
+
+# --- the Space tool's plan: what the hardware can hold, what a model and the hardware need ---------------------
+
+@pytest.fixture
+def no_hub(monkeypatch):
+    def explode(*args, **kwargs):
+        raise AssertionError("a dry run touched the Hub")
+
+    monkeypatch.setattr(space, "HfApi", explode)
+    monkeypatch.setattr(space, "get_token", explode)
+
+
+@pytest.fixture(scope="module")
+def paths() -> set[str]:
+    return {f.path for f in upload_set()}
+
+
+def test_an_8b_pair_on_cpu_basic_is_refused_and_its_gated_models_are_named(no_hub, capsys):
+    assert space.main(["deploy", "me/race", "--dry-run", "--preset", "llama-3.1-8b", "--hardware", "cpu-basic"]) == 1
+    out, err = capsys.readouterr()
+    assert "Hardware: cpu-basic: CPU basic, 2 vCPU, 16 GB RAM" in out
+    assert "Fit (an estimate): about 37.1 GB of weights in float32 for cpu-basic's 16 GB of RAM\n" in out
+    assert ("the pair cannot fit: about 37.1 GB of weights in float32, over cpu-basic's 16 GB of RAM; it would fit "
+            "l40sx1, a100-large (in bfloat16)") in err and "--deploy-anyway" in err
+    assert ("warning: meta-llama/Llama-3.1-8B-Instruct and meta-llama/Llama-3.2-1B-Instruct are gated on the Hub: the "
+            "Space needs a secret HF_TOKEN") in out
+    assert "Dry run: nothing was sent" not in out
+    assert space.main(["deploy", "me/race", "--dry-run", "--preset", "llama-3.1-8b", "--hardware", "cpu-basic",
+                       "--deploy-anyway"]) == 0
+    assert "warning: the pair cannot fit" in capsys.readouterr().out
+
+
+def test_a_tight_fit_is_a_warning_and_paid_hardware_says_it_bills(paths):
+    checks = space.plan_checks({"OUROBOROS_PRESET": "llama-3.1-8b"}, "a10g-small", paths)
+    assert checks.lines[-1] == ("Fit (an estimate): about 18.5 GB of weights in bfloat16 for a10g-small's 24 GB of "
+                                "GPU memory")
+    assert checks.refusals == [] and checks.warnings[0].startswith("the pair's weights take 77% of a10g-small's 24 GB")
+    assert checks.warnings[-1].startswith("a10g-small is paid hardware: billed by the minute while the Space runs")
+    assert space.plan_checks({"OUROBOROS_PRESET": "qwen-coder-7b"}, "t4-small", paths).refusals[0].startswith(
+        "the pair cannot fit: about 16.2 GB of weights in bfloat16, over t4-small's 16 GB of GPU memory")
+    bf16 = space.plan_checks({"OUROBOROS_PRESET": "qwen-coder-7b", "OUROBOROS_DTYPE": "bfloat16"}, "cpu-upgrade", paths)
+    assert bf16.lines[-1].endswith("about 16.2 GB of weights in bfloat16 for cpu-upgrade's 32 GB of RAM: fits")
+    assert bf16.warnings == ["cpu-upgrade is paid hardware: billed by the minute while the Space runs, visitors or "
+                             "not, until it sleeps or is paused; the account needs a payment method "
+                             "(huggingface.co/settings/billing; prices at huggingface.co/pricing)"]
+
+
+def test_the_default_pair_plans_fine_on_cpu_basic(paths):
+    default = models_module.presets()[models_module.DEFAULT_PRESET]
+    folder = {f"{default.draft}/model.safetensors"}  # as if its folder were tracked
+    checks = space.plan_checks({}, "cpu-basic", paths | folder)
+    assert checks.refusals == [] and checks.warnings == []
+    assert f"target {default.target} (135M parameters, from its configuration)" in checks.lines[0]
+    assert checks.lines[-1].endswith("float32 for cpu-basic's 16 GB of RAM: fits")
+
+
+def test_without_hardware_zero_gpu_or_a_missing_folder_the_plan_says_so(paths):
+    unset = space.plan_checks({"OUROBOROS_PRESET": "llama-3.1-8b"}, None, paths)
+    assert unset.refusals == [] and unset.warnings[0].startswith(
+        "if the Space is new (cpu-basic), the pair cannot fit") and unset.warnings[0].endswith("pass --hardware")
+    zero = space.plan_checks({"OUROBOROS_PRESET": "demo"}, "zero-a10g", paths)
+    assert zero.lines[-1].endswith("float32 for zero-a10g's 70 GB of GPU memory: fits") and zero.refusals == []
+    assert "PRO subscription" in zero.warnings[0] and "Python 3.10.13" in zero.warnings[0]
+    missing = space.plan_checks({"OUROBOROS_TARGET": "assets/models/nope", "OUROBOROS_DRAFT": "assets/models/draft"},
+                                "cpu-basic", paths)
+    assert missing.refusals == ["assets/models/nope is a folder the upload set lacks (not here, or not tracked by "
+                                "git): the Space could not load it"]
+    assert space.plan_checks({"OUROBOROS_PRESET": "demo"}, "a100x4", paths).lines == [
+        "Fit: not checked (the Hub documents no memory figures for a100x4)"]
+
+
+def test_a_models_size_comes_from_the_table_its_folder_or_its_name():
+    assert space.parameters("meta-llama/Llama-3.1-8B-Instruct") == (8_030_261_248, "from its configuration")
+    assert space.parameters("assets/models/draft") == (
+        models_module.parameter_count(models_module.ASSETS / "models" / "draft"), "from its safetensors")
+    assert space.parameters("someone/Foo-13B-chat") == (13_000_000_000, "guessed from its name")
+    assert space.parameters("someone/Bar-v2-350m") == (350_000_000, "guessed from its name")
+    assert space.parameters("someone/tiny") == (None, "")
+    assert set(space.SPACE_HARDWARE) <= {flavor.value for flavor in SpaceHardware}
+    assert space.SPACE_HARDWARE["t4-small"] == space.Hardware("Nvidia T4 small", 4, 15, 16, 1)
