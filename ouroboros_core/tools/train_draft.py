@@ -1,0 +1,193 @@
+"""Train a draft for a preset's target on the target's own answers (the default pair's draft).
+
+    python3 -m ouroboros_core.tools.target_samples --pair smollm2 --out RUN/samples.jsonl     # the answers
+    python3 -m ouroboros_core.tools.target_samples --pair smollm2 --heldout --limit 48 --out RUN/heldout.jsonl
+    python3 -m ouroboros_core.tools.train_draft --samples RUN/samples.jsonl --heldout RUN/heldout.jsonl \\
+        --out assets/models/smollm2-draft
+
+The draft is the target cut to its first `layers` layers: the same width, embeddings, final norm and (tied)
+output layer, so it starts from the target's own reading of tokens and writes into the target's output space.
+Its layers and final norm then learn the target's answer tokens, position by position (the answer only: the
+request is context, never a guess the draft makes); the embeddings stay the target's, frozen. On a CPU a
+forward's cost follows depth (shared/OUROBOROS.md), so three layers of thirty make a cheap draft; the output
+layer over 49,152 tokens is the rest of its cost, read as int8 by the engine's lean forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class DraftTraining:
+    preset: str = "smollm2"
+    layers: int = 3  # of the target's thirty, from the bottom
+    epochs: float = 4.0
+    batch_tokens: int = 4096  # padded tokens per batch (rows of similar length go together)
+    lr: float = 1e-3
+    warmup: int = 30
+    seed: int = 0
+    eval_every: int = 50  # steps between held-out checks
+
+
+def load_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def cut_target(target, layers: int):
+    """A copy of the target with only its first `layers` decoder layers."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:layers]
+    draft = AutoModelForCausalLM.from_config(config)
+    state = {name: tensor for name, tensor in target.state_dict().items()
+             if not name.startswith("model.layers.") or int(name.split(".")[2]) < layers}
+    missing, unexpected = draft.load_state_dict(state, strict=False)
+    assert not unexpected and all("lm_head" in name for name in missing), (missing, unexpected)
+    draft.tie_weights()
+    return draft
+
+
+def batches(rows: list[dict], batch_tokens: int, rng: random.Random) -> list[list[dict]]:
+    """Rows of similar length together, at most batch_tokens padded tokens each, in random order."""
+    ordered = sorted(rows, key=lambda row: len(row["ids"]))
+    out, current = [], []
+    for row in ordered:
+        if current and len(row["ids"]) * (len(current) + 1) > batch_tokens:
+            out.append(current)
+            current = []
+        current.append(row)
+    if current:
+        out.append(current)
+    rng.shuffle(out)
+    return out
+
+
+def answer_loss(draft, batch: list[dict], pad: int):
+    """Cross-entropy of the draft's guesses at every answer position; (loss, right guesses, guesses)."""
+    import torch
+    import torch.nn.functional as F
+
+    width = max(len(row["ids"]) for row in batch)
+    ids = torch.full((len(batch), width), pad)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    scored = torch.zeros((len(batch), width), dtype=torch.bool)  # positions whose next token is an answer token
+    for i, row in enumerate(batch):
+        ids[i, : len(row["ids"])] = torch.tensor(row["ids"])
+        mask[i, : len(row["ids"])] = 1
+        scored[i, row["prompt_tokens"] - 1 : len(row["ids"]) - 1] = True
+    hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, width)
+    labels = ids[:, 1:][scored[:, :-1]]
+    logits = draft.lm_head(hidden[:, :-1][scored[:, :-1]])  # (answer positions, vocab): only those
+    loss = F.cross_entropy(logits, labels)
+    return loss, (logits.argmax(-1) == labels).sum().item(), labels.numel()
+
+
+def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int) -> dict:
+    import torch
+
+    draft.eval()
+    right = total = 0
+    loss_sum = 0.0
+    with torch.no_grad():
+        for batch in batches(rows, batch_tokens, random.Random(0)):
+            loss, hits, count = answer_loss(draft, batch, pad)
+            right, total, loss_sum = right + hits, total + count, loss_sum + loss.item() * count
+    draft.train()
+    return {"agreement": round(right / max(1, total), 4), "loss": round(loss_sum / max(1, total), 4),
+            "positions": total}
+
+
+def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print) -> dict:
+    import torch
+
+    from ouroboros_core.models import load_target_of
+
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    target, tokenizer = load_target_of(cfg.preset, log)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    rows, held = load_rows(samples), load_rows(heldout)
+    greedy_held = [row for row in held if row["temperature"] == 0]
+    draft = cut_target(target, cfg.layers)
+    del target
+    draft.get_input_embeddings().weight.requires_grad_(False)
+    trained = [p for p in draft.parameters() if p.requires_grad]
+    log(f"draft: {cfg.layers} layers, {sum(p.numel() for p in draft.parameters()):,} parameters "
+        f"({sum(p.numel() for p in trained):,} trained); {len(rows)} answers, "
+        f"{sum(len(r['ids']) - r['prompt_tokens'] for r in rows):,} answer tokens; held-out {len(held)}")
+    opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    per_epoch = len(batches(rows, cfg.batch_tokens, rng))
+    steps = max(1, round(cfg.epochs * per_epoch))
+    started = time.perf_counter()
+    curve = [{"step": 0, **evaluate(draft, greedy_held, pad, cfg.batch_tokens)}]
+    log(json.dumps(curve[-1]))
+    history, step, queue = [], 0, []
+    draft.train()
+    while step < steps:
+        if not queue:
+            queue = batches(rows, cfg.batch_tokens, rng)
+        batch = queue.pop()
+        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        loss, hits, count = answer_loss(draft, batch, pad)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        if step % 10 == 0 or step == steps:
+            history.append({"step": step, "loss": round(loss.item(), 4), "agreement": round(hits / count, 4),
+                            "lr": lr, "elapsed_s": round(time.perf_counter() - started, 1)})
+            log(json.dumps(history[-1]))
+        if step % cfg.eval_every == 0 or step == steps:
+            curve.append({"step": step, **evaluate(draft, greedy_held, pad, cfg.batch_tokens)})
+            log(json.dumps(curve[-1]))
+    draft.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    draft.to(torch.bfloat16).save_pretrained(out)  # 16-bit on disk keeps the repository small
+    tokenizer.save_pretrained(out)
+    summary = {"config": asdict(cfg), "steps": steps, "wall_s": round(time.perf_counter() - started, 1),
+               "answers": len(rows), "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
+               "temperatures": sorted({r["temperature"] for r in rows}), "heldout_answers": len(held),
+               "history": history, "heldout_curve": curve}
+    (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=Path, required=True, help="target_samples' answers to train on")
+    parser.add_argument("--heldout", type=Path, required=True, help="target_samples' answers to held-out requests")
+    parser.add_argument("--out", type=Path, required=True, help="the draft's folder")
+    parser.add_argument("--layers", type=int, default=DraftTraining.layers)
+    parser.add_argument("--epochs", type=float, default=DraftTraining.epochs)
+    parser.add_argument("--lr", type=float, default=DraftTraining.lr)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = parser.parse_args(argv)
+    for path in (args.samples, args.heldout):
+        if not path.is_file():
+            parser.error(f"{path}: no such file (make it with ouroboros_core.tools.target_samples)")
+    if args.layers < 1 or args.epochs <= 0 or args.lr <= 0:
+        parser.error("--layers must be at least 1, --epochs and --lr above 0")
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    train(DraftTraining(layers=args.layers, epochs=args.epochs, lr=args.lr), args.samples, args.heldout, args.out)
+
+
+if __name__ == "__main__":
+    main()
