@@ -27,10 +27,10 @@ from ui.guard import (KNOBS, SAMPLING, UNEXPECTED, Limits, check_request, check_
                       refuse, room_line, shielded)  # (UNEXPECTED: tests)
 from ui.inspect import inspector_outputs, step_view
 from ui.loading import PairLoader, load_pair, visitor_engine
-from ui.page import EXAMPLES, KNOB_INFO, pair_description
+from ui.page import EXAMPLES, KNOB_INFO, chosen_preset, pair_description, prompt_label
 from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, prompt_tail, race_log_line, sampling_line
 from ui.replay import CHOICES, replay, speed_for
-from ui.sessions import Sessions
+from ui.sessions import Sessions, visitor
 from ui.threads import DeviceThread, Latest, quiet_when_idle
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -74,13 +74,14 @@ def engine_for_visitor():
     return visitor_engine(get_engine)
 
 
-def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling):
+def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling, raw=False):
     """Yield lanes of a checked request; request errors the engine finds become messages for the visitor.
-    sampling: the options every lane shares (temperature, top_p, seed), {} for greedy."""
+    sampling: the options every lane shares (temperature, top_p, seed), {} for greedy; raw: the prompt as it
+    is, not as a chat turn."""
     engine = engine_for_visitor()
     per_method = {method: {**sampling, **(options if method == "ouroboros" else {})} for method in methods}
     try:
-        updates = race(engine, prompt, methods, max_new_tokens, per_method, stop, pools)
+        updates = race(engine, prompt, methods, max_new_tokens, per_method, stop, pools, raw=bool(raw))
         # race() is a generator: the engine validates the request on its first step, so take it here.
         first = DEVICE.call(next, updates)
     except ConfigError as err:
@@ -88,14 +89,14 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling):
     return itertools.chain([first], DEVICE.iterate(updates))
 
 
-def race_verdicts(prompt: str, lanes: dict[str, Lane], sampling: dict) -> dict[str, OutputVerdict]:
+def race_verdicts(prompt: str, lanes: dict[str, Lane], sampling: dict, raw=False) -> dict[str, OutputVerdict]:
     """Each drafting lane's output against vanilla's, once every lane has finished (not when stopped); sampling:
     the race's shared settings ({} greedy)."""
     if any(lane.done is None or lane.done.stop_reason == "cancelled" for lane in lanes.values()):
         return {}
     reference = lanes["vanilla"].done.token_ids
     engine = get_engine()
-    return {method: DEVICE.call(engine.verdict, prompt, reference, lane.done.token_ids, **sampling)
+    return {method: DEVICE.call(engine.verdict, prompt, reference, lane.done.token_ids, **sampling, raw=bool(raw))
             for method, lane in lanes.items() if method != "vanilla"}
 
 
@@ -115,7 +116,7 @@ RUNNING = ('<div class="race-running">Racing: Stop ends it; Run again restarts i
 @on_gpu
 @shielded
 def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed, with_speculative,
-            colour, warm_pool, request: gr.Request, armed: int | None = None):
+            colour, warm_pool, raw, request: gr.Request, armed: int | None = None):
     """armed: the race's number from arm() when Run was pressed (its stop flag); None arms one now."""
     who = visitor(request)
     session = SESSIONS.get(who)
@@ -127,7 +128,8 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
         prompt, max_new_tokens, options = check_request(
             prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
         sampling = check_sampling(temperature, top_p, seed)
-        context = prompt_tail(prompt)
+        chat = LOADER.engine is not None and LOADER.engine.chat and not raw
+        context = "" if chat else prompt_tail(prompt)  # an answer opens empty; a continuation on its prompt
         session["race"] = None  # a replay of the last race stops here
         methods = ["vanilla", "ouroboros"] + (["speculative"] if with_speculative else [])
         pools = {}
@@ -138,11 +140,11 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
         # At once, before the first step: the lanes open on the prompt's last line, with the racing line.
         yield render({method: Lane(method) for method in methods}, colour, False, context=context) + inspector_outputs(
             None) + [RUNNING]
-        updates = Latest(run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling))
+        updates = Latest(run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling, raw))
         yield from streamed(updates, colour, WAITING, context)
         lanes = updates.value
         if lanes is not None:
-            final = {"verdicts": race_verdicts(prompt, lanes, sampling), "costs": CALIBRATION.take(lanes),
+            final = {"verdicts": race_verdicts(prompt, lanes, sampling, raw), "costs": CALIBRATION.take(lanes),
                      "sampling": sampling_line(sampling, drawn=seed is None)}
             session["race"] = (lanes, final, context)
             yield render(lanes, colour, final=final, context=context) + inspector_outputs(lanes) + [""]
@@ -201,7 +203,7 @@ API_EVERY_S = 0.25
 @shielded
 def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, window: int | None = None,
              ngram: int | None = None, branches: int | None = None, temperature: float = 0.0, top_p: float = 1.0,
-             seed: int | None = None) -> Iterator[dict]:
+             seed: int | None = None, raw: bool = False) -> Iterator[dict]:
     """Race vanilla and Ouroboros on one prompt. Streams {method: {text, token_ids, stop_reason, stats}} (stop_reason
     and stats are None until a lane is done); the last message is the finished race: each lane with "steps" (the
     engine's step events: drafted, accepted, rejected, target_token, milliseconds, and the trunk and branches the target
@@ -209,14 +211,15 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
     first_difference, margin} against vanilla (None if the race was cut short), and in each lane "sampling":
     {temperature, top_p, seed} (None when greedy). gamma, window, ngram, branches: Ouroboros settings, None for the
     defaults. temperature 0 is greedy; above 0 both lanes sample, each position's draw fixed by the seed and the
-    position, so they write the same text; seed None picks one (reported)."""
+    position, so they write the same text; seed None picks one (reported). raw: for a chat pair (the default),
+    send the prompt as it is instead of as a user's chat turn."""
     prompt, max_new_tokens, options = check_request(
         prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
     sampling = check_sampling(temperature, top_p, seed)
     lanes = None
     last = 0.0
     try:
-        for lanes in run_race(prompt, max_new_tokens, options, ["vanilla", "ouroboros"], None, {}, sampling):
+        for lanes in run_race(prompt, max_new_tokens, options, ["vanilla", "ouroboros"], None, {}, sampling, raw):
             now = time.perf_counter()
             if now - last >= API_EVERY_S:
                 last = now
@@ -224,7 +227,7 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
         final = api_result(lanes)
         for method, lane in lanes.items():  # the engine's step events, as the CLI's --events prints them
             final[method]["steps"] = [event.to_dict() for event in lane.events]
-        verdict = race_verdicts(prompt, lanes, sampling).get("ouroboros")
+        verdict = race_verdicts(prompt, lanes, sampling, raw).get("ouroboros")
         CALIBRATION.add(lanes)
         final["ouroboros"]["verdict"] = verdict.to_dict() if verdict else None
         for lane in final.values():
@@ -232,10 +235,6 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
         yield final
     finally:  # also when the client cancels: a generator left alone stops computing at once
         log_race("api", lanes)
-
-
-def visitor(request: gr.Request) -> str:
-    return request.session_hash or "anonymous"
 
 
 def arm(request: gr.Request) -> int:
@@ -293,7 +292,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
     load_timer = gr.Timer(LOAD_EVERY_S, active=False)
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = gr.Textbox(EXAMPLES[0]["prompt"], label="Prompt", lines=8, max_lines=30, elem_id="prompt")
+            prompt = gr.Textbox(EXAMPLES[0]["prompt"], label=prompt_label(chosen_preset()), lines=8, max_lines=30, elem_id="prompt")
             room = gr.HTML(elem_id="prompt-room")  # its length in tokens against what the model can read
         with gr.Column(scale=1, min_width=260):
             max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(EXAMPLES[0]["max_new_tokens"], MAX_NEW_TOKENS), step=1,
@@ -301,6 +300,8 @@ with gr.Blocks(title="Ouroboros race") as demo:
             speculative_lane = gr.Checkbox(False, label="Add a classic speculative decoding lane")
             colour = gr.Checkbox(True, label="Colour tokens by how they came")
             warm = gr.Checkbox(True, label="Keep my phrase pool warm (this session only)")
+            raw_text = gr.Checkbox(False, label="Raw text: continue the prompt as it is, no chat turn",
+                                   visible=prompt_label(chosen_preset()) != "Prompt", elem_id="raw")
             with gr.Row():
                 run = gr.Button("Run", variant="primary", elem_id="run")
                 stop_button = gr.Button("Stop", elem_id="stop")
@@ -344,7 +345,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
 
     outputs = lane_outputs + [chart, badge, summary]
     race_inputs = [prompt, max_new, gamma, window, ngram, branches, temperature, top_p, seed, speculative_lane, colour,
-                   warm]
+                   warm, raw_text]
     after_race = [step_slider, inspector, replay_button, race_status]
     armed = gr.State(None)  # arm()'s number for the click's race. Every link "multiple": a Run is a new race
     run.click(arm, None, armed, concurrency_limit=None, api_visibility="private", trigger_mode="multiple").then(

@@ -35,6 +35,9 @@ def stats_line(done: DoneEvent) -> str:
 def cmd_generate(args) -> int:
     prompt = args.prompt if args.prompt != "-" else sys.stdin.read()
     engine = engine_from_args(args)
+    if engine.chat and not args.raw and not (args.json or args.events):
+        print(f"{engine.name}: the prompt is sent as a user's chat turn; the answer follows (--raw sends the text "
+              f"as it is)\n", file=sys.stderr)
     events = engine.stream(prompt, args.method, args.max_new_tokens, raw=args.raw,
                            **method_options(args, args.method))
     colour = sys.stdout.isatty() and not args.no_colour

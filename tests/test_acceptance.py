@@ -234,7 +234,7 @@ def pair_engines():
 
     def get(dtype: str) -> Engine:
         if dtype not in memo:
-            memo[dtype] = load_engine(device="cpu", dtype=dtype)
+            memo[dtype] = load_engine("demo", device="cpu", dtype=dtype)
         return memo[dtype]
 
     return get

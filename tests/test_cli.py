@@ -159,7 +159,7 @@ def test_on_policy_figures_are_one_for_a_draft_that_is_its_target():
     from ouroboros_core import load_engine
     from ouroboros_core.tools.pair_card import on_policy_figures
 
-    engine = load_engine(device="cpu")
+    engine = load_engine("demo", device="cpu")
     same = on_policy_figures(engine.target, engine.target, engine.tokenizer, stubs=2, new_tokens=8)
     assert same["on_policy_stubs"] == 2 and [same[f"on_policy_t{t}"] for t in ("0", "0.3", "0.8")] == [1.0] * 3
     other = on_policy_figures(engine.target, engine.draft, engine.tokenizer, stubs=2, new_tokens=8)

@@ -27,7 +27,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def engine():
-    engine = load_engine(device="cpu")  # the CPU suite, also on a machine with CUDA
+    engine = load_engine("demo", device="cpu")  # the CPU suite, also on a machine with CUDA
     assert engine.name == "demo" and not engine.chat
     assert engine.target.dtype == engine.draft.dtype == torch.float32
     assert str(engine.target.device) == "cpu"

@@ -70,7 +70,7 @@ def test_a_branch_on_an_empty_trunk_follows_the_text_so_far():
 
 @pytest.fixture(scope="module")
 def raced():
-    engine = load_engine(device="cpu")
+    engine = load_engine("demo", device="cpu")
     prompt = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n    def __repr__(self):\n"
     lanes = None
     for lanes in race(engine, prompt, ["vanilla", "ouroboros"], 64):

@@ -264,7 +264,7 @@ def test_draft_runner_proposes_the_same_with_either_forward(eos_id):
 def embedded():
     from ouroboros_core import load_engine
 
-    return load_engine(device="cpu")  # the CPU suite, also on a machine with CUDA
+    return load_engine("demo", device="cpu")  # the CPU suite, also on a machine with CUDA
 
 
 # Enough Python for the prefill and every width of draft_forwards in the embedded pair's tokens.

@@ -126,7 +126,7 @@ def test_embedded_pair_loads_offline_with_plain_transformers():
         assert json.loads((folder / "generation_config.json").read_text())["eos_token_id"] is not None
         AutoModelForCausalLM.from_pretrained(folder)
         AutoTokenizer.from_pretrained(folder)
-    engine = load_engine()
+    engine = load_engine("demo")
     assert engine.name == "demo"
     assert engine.generate("def f():\n", "ouroboros", 4).stats.new_tokens >= 1
 
@@ -164,8 +164,8 @@ def test_a_preset_names_its_dtype_and_a_bad_dtype_is_a_clear_error(monkeypatch):
     asked = []
     real = models_module.pick_dtype
     monkeypatch.setattr(models_module, "pick_dtype", lambda dtype, device: asked.append(dtype) or real(dtype, device))
-    assert load_engine().target.dtype == torch.float32
-    assert load_engine(dtype="bfloat16").target.dtype == torch.bfloat16  # an explicit choice overrides the preset
+    assert load_engine("demo").target.dtype == torch.float32
+    assert load_engine("demo", dtype="bfloat16").target.dtype == torch.bfloat16  # an explicit choice overrides the preset
     assert asked == ["float32", "bfloat16"], "the embedded pair is float32 on every device, CUDA included"
     with pytest.raises(LoadError, match="dtype must be one of float32, bfloat16, float16, got 'float64'"):
-        load_engine(dtype="float64")
+        load_engine("demo", dtype="float64")

@@ -71,7 +71,7 @@ def test_the_nucleus_edge_counts_a_token_kept_in_some_rounding_only():
 
 @pytest.fixture(scope="module")
 def bf16_engine():
-    return load_engine(device="cpu", dtype="bfloat16")
+    return load_engine("demo", device="cpu", dtype="bfloat16")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ouroboros_core.models import LoadError, LoadStage, Report, presets
+from ouroboros_core.models import DEFAULT_PRESET, LoadError, LoadStage, Report, presets
 from ui.guard import refuse
 
 log = logging.getLogger("ouroboros.app")
@@ -23,7 +23,7 @@ def pair_from_env() -> tuple[str, str | None]:
         if not os.environ.get("OUROBOROS_DRAFT"):
             raise LoadError("OUROBOROS_TARGET is set without OUROBOROS_DRAFT: set both, to folders or Hub ids")
         return os.environ["OUROBOROS_TARGET"], os.environ["OUROBOROS_DRAFT"]
-    name = os.environ.get("OUROBOROS_PRESET") or "demo"
+    name = os.environ.get("OUROBOROS_PRESET") or DEFAULT_PRESET
     if name not in presets():
         raise LoadError(f"OUROBOROS_PRESET={name!r} is not a preset: set it to one of {', '.join(presets())}, or "
                         f"set OUROBOROS_TARGET and OUROBOROS_DRAFT to folders or Hub ids")
@@ -31,6 +31,7 @@ def pair_from_env() -> tuple[str, str | None]:
 
 
 WARM_UP_PROMPT = 'def greet(name):\n    """Say hello to name."""\n'
+WARM_UP_REQUEST = "Write a Python function that says hello to a name."
 
 
 def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True, calibration=None):
@@ -46,10 +47,11 @@ def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True, c
                          dtype=os.environ.get("OUROBOROS_DTYPE") or None, check_memory=check_memory, report=report)
     if warm_up:
         report(LoadStage("warm up", "Warming up (one short race)"))
-        engine.generate("def warm_up():\n", "ouroboros", 8)  # first-call allocations, kernels
+        engine.generate(WARM_UP_REQUEST if engine.chat else "def warm_up():\n", "ouroboros", 8)  # allocations, kernels
+        prompt = WARM_UP_REQUEST if engine.chat else WARM_UP_PROMPT
         if calibration is not None:
             lanes = None
-            for lanes in race(engine, WARM_UP_PROMPT, ["vanilla", "ouroboros"], 16):
+            for lanes in race(engine, prompt, ["vanilla", "ouroboros"], 16):
                 pass
             calibration.add(lanes)
     return engine

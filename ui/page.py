@@ -10,12 +10,36 @@ from pathlib import Path
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
-def examples() -> list[dict]:
-    """Prompts labelled by what they show, ordinary code first: when Ouroboros wins, and when it does not."""
-    return json.loads((ASSETS / "examples.json").read_text())
+def chosen_preset() -> str | None:
+    """The preset the host chose (OUROBOROS_PRESET, else the default); None for a target and draft of its own."""
+    from ouroboros_core.models import DEFAULT_PRESET
+
+    if os.environ.get("OUROBOROS_TARGET"):
+        return None
+    return os.environ.get("OUROBOROS_PRESET") or DEFAULT_PRESET
 
 
-EXAMPLES = examples()
+def examples(preset: str | None = None) -> list[dict]:
+    """Prompts labelled by what they show, ordinary ones first: when Ouroboros wins, and when it does not. The
+    embedded pair continues code (examples.json); a chat pair answers requests (examples-chat.json)."""
+    from ouroboros_core.models import presets
+
+    known = presets().get(preset) if preset else None
+    code_only = known is not None and not known.chat
+    return json.loads((ASSETS / ("examples.json" if code_only else "examples-chat.json")).read_text())
+
+
+def prompt_label(preset: str | None = None) -> str:
+    """The prompt box's label: a chat pair answers a request; any other pair continues a prompt."""
+    from ouroboros_core.models import presets
+
+    known = presets().get(preset) if preset else None
+    if known is not None and known.chat:
+        return "Your request (sent as a user's chat turn; tick Raw text to send it as it is)"
+    return "Prompt"
+
+
+EXAMPLES = examples(chosen_preset())
 # One line per Ouroboros knob, under its slider.
 KNOB_INFO = {"gamma": "draft at least this many tokens before the target checks them",
              "window": "lookahead columns the draft refines in each forward (0: none; cheap on a GPU)",
@@ -29,11 +53,14 @@ def pair_description(engine=None) -> str:
 
     where = ""
     if engine is not None:
-        where = f" Running on **{engine.target.device}** in **{str(engine.target.dtype).split('.')[-1]}**."
+        where = f" Running on **{engine.target.device}** in **{str(engine.target.dtype).split('.')[-1]}**"
+        where += f", the target from {engine.target_source}." if engine.target_source else "."
+        if engine.chat:
+            where += " Prompts go to the target as a user's chat turn; its answer fills the lanes."
     if os.environ.get("OUROBOROS_TARGET"):
         return (f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, draft `{os.environ.get('OUROBOROS_DRAFT')}`."
                 + where)
-    name = os.environ.get("OUROBOROS_PRESET") or "demo"
+    name = chosen_preset()
     preset = presets().get(name)
     if preset is None:
         return f"Pair: `{html.escape(name)}` (unknown preset)"

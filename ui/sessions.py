@@ -80,3 +80,8 @@ class Sessions:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def visitor(request) -> str:
+    """The visitor's key: Gradio's session hash (a gr.Request's)."""
+    return request.session_hash or "anonymous"

@@ -23,6 +23,7 @@ from ..config import ConfigError, OuroborosConfig, SamplingConfig, SpeculativeCo
 from ..events import Stats
 from ..theory import draft_cost_ratio, expected_speedup, expected_tokens_per_forward, per_token_acceptance
 from .bench_report import HF_METHODS, REFERENCE, machine_description, markdown_table, provenance, save_chart
+from .chat_requests import heldout_requests
 from .corpus import heldout_prompts
 
 WARM = "ouroboros_warm"  # Ouroboros with one phrase pool kept across the prompts (--warm-pool)
@@ -46,6 +47,13 @@ def humaneval_prompts(limit: int | None = None) -> list[dict]:
         rows = [json.loads(line) for line in handle if line.strip()]
     prompts = [{"id": row["task_id"], "prompt": row["prompt"]} for row in rows]
     return prompts[:limit] if limit else prompts
+
+
+def heldout_chat_requests(limit: int | None = None) -> list[dict]:
+    """chat_requests' held-out requests that are chat turns (plain completions left out: a chat pair's bench
+    measures its answers)."""
+    requests = [request for request in heldout_requests() if request["chat"]]
+    return requests[:limit] if limit else requests
 
 
 def jsonl_prompts(path: Path, limit: int | None = None) -> list[dict]:
@@ -290,6 +298,9 @@ def add_bench_parser(sub) -> None:
     prompts.add_argument("--prompts", type=Path, help="a JSONL file of {\"prompt\": ...} objects instead of HumanEval")
     prompts.add_argument("--heldout", action="store_true",
                          help="function stubs from the installed pip's source (Python the pair never saw) instead")
+    prompts.add_argument("--requests", action="store_true",
+                         help="held-out chat requests about pip's code (write, explain, list, a class, JSON, tests; "
+                              "none in the default draft's training) instead, for a chat pair")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset")
     bench.add_argument("--lookup-tokens", type=int, default=10, help="transformers prompt_lookup_num_tokens")
@@ -316,6 +327,8 @@ def cmd_bench(args) -> int:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     if args.heldout:
         prompts, prompt_set = heldout_prompts(args.limit), "Held-out (pip) function"
+    elif args.requests:
+        prompts, prompt_set = heldout_chat_requests(args.limit), "Held-out chat request"
     elif args.prompts:
         prompts, prompt_set = jsonl_prompts(args.prompts, args.limit), args.prompts.name
     else:

@@ -117,13 +117,41 @@ def prepare_venv(venv: Path, folder: Path, build: list[str], log: Path) -> tuple
     return python, time.perf_counter() - start
 
 
-def app_environment(python: Path, port: int, home: Path) -> dict[str, str]:
-    """A Space's environment for app.py: its variables, a bare HOME, and a PATH without this checkout."""
+def app_environment(python: Path, port: int, home: Path, hub_cache: Path | None = None) -> dict[str, str]:
+    """A Space's environment for app.py: its variables, a bare HOME, and a PATH without this checkout; hub_cache:
+    the Hub's files laid out where a Space would download them (hub_stand_in)."""
     path = [str(python.parent)] + [p for p in os.environ.get("PATH", "").split(os.pathsep)
                                    if p and outside_checkout(p)]
     return {"PATH": os.pathsep.join(path), "HOME": str(home), "SPACE_ID": SPACE_ID, "SYSTEM": "spaces",
             "GRADIO_SERVER_NAME": "0.0.0.0", "GRADIO_SERVER_PORT": str(port), "PYTHONUNBUFFERED": "1",
-            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
+            **({"HF_HUB_CACHE": str(hub_cache)} if hub_cache else {})}
+
+
+def hub_stand_in(work: Path) -> Path | None:
+    """A Space downloads the default pair's target from the Hub, which the rehearsal cannot reach: a Hub cache laid
+    out in `work` from its offline copy (the converted GGUF, a slightly different model from the Hub's original)
+    stands in for that download, so the app runs its real Hub loading code. None without an offline copy."""
+    from ..models import DEFAULT_PRESET, presets
+    from ..sources import CONVERTED, converted_folder
+
+    preset = presets()[DEFAULT_PRESET]
+    source = preset.offline_source()
+    if source is None or source.path() is None:
+        return None
+    folder = converted_folder(source, lambda text, done, total: print(text, flush=True))
+    cache = work / "hub"
+    repo = cache / ("models--" + preset.target.replace("/", "--"))
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for file in folder.iterdir():
+        if file.name != CONVERTED:
+            (snapshot / file.name).symlink_to(file)
+    print(f"No Hub from here: {preset.target} stands in as a Hub cache laid out from {source.describe()}", flush=True)
+    return cache
 
 
 def free_port() -> int:
@@ -157,7 +185,7 @@ def race(url: str) -> dict:
         raise RehearsalFailed(f"/race failed: {type(err).__name__}: {err}") from None
 
 
-def start_and_race(python: Path, folder: Path, work: Path, log: Path) -> Start:
+def start_and_race(python: Path, folder: Path, work: Path, log: Path, hub_cache: Path | None = None) -> Start:
     """Start `python app.py` in folder as a Space does, its output into log, wait for the page, race once; always
     stop the app."""
     port = free_port()
@@ -167,7 +195,7 @@ def start_and_race(python: Path, folder: Path, work: Path, log: Path) -> Start:
     print(f"Starting python app.py in {folder} on port {port}...", flush=True)
     with log.open("w") as out:
         start = time.perf_counter()
-        process = subprocess.Popen([str(python), "app.py"], cwd=folder, env=app_environment(python, port, home),
+        process = subprocess.Popen([str(python), "app.py"], cwd=folder, env=app_environment(python, port, home, hub_cache),
                                    stdout=out, stderr=subprocess.STDOUT)
         try:
             wait_for_page(process, url)
@@ -290,7 +318,7 @@ def rehearse(venv: Path | None = None, log_dir: Path = LOG_DIR) -> int:
         try:
             python, install_s = prepare_venv(target, folder, build, log_dir / "pip.log")
             print(f"Installed in {install_s:.1f} s", flush=True)
-            start = start_and_race(python, folder, work, log_dir / "app.log")
+            start = start_and_race(python, folder, work, log_dir / "app.log", hub_stand_in(work))
         except RehearsalFailed as err:
             print(f"Rehearsal failed: {err}")
             if err.log is not None:
