@@ -1,6 +1,7 @@
-"""The page's examples say what their race shows, and a race on the embedded pair (float32, greedy, the example's
-own length, a cold pool, as a visitor's first race) shows it: where most of Ouroboros's drafted tokens came
-from and how large a share (one source, or several each with a fair share), and its tokens per target forward."""
+"""The page's examples say what their race shows, and a race on their pair (float32, greedy, the example's own
+length, a cold pool, as a visitor's first race) shows it: where most of Ouroboros's drafted tokens came from and
+how large a share (one source, or several each with a fair share), and its tokens per target forward. The tiny
+embedded pair's examples continue code (examples.json); the default pair's answer requests (examples-chat.json)."""
 
 from __future__ import annotations
 
@@ -11,28 +12,33 @@ import torch
 
 from ouroboros_core import load_engine
 from ouroboros_core.race import race
-from ui.page import EXAMPLES
+from ui.page import examples
+
+PAIRS = ("demo", "smollm2")
+CASES = [(pair, index) for pair in PAIRS for index in range(len(examples(pair)))]
 
 NAMES = {"draft": "the draft model", "prompt": "lookup", "pool": "pool phrases"}
 
 
 @pytest.fixture(scope="module")
 def raced():
-    """Each example's finished Ouroboros lane, with vanilla's output beside it."""
-    engine = load_engine(device="cpu")
-    assert engine.target.dtype == torch.float32
-    out = []
-    for example in EXAMPLES:
-        lanes = None
-        for lanes in race(engine, example["prompt"], ["vanilla", "ouroboros"], example["max_new_tokens"]):
-            pass
-        out.append(lanes)
+    """Each pair's examples' finished lanes, raced as the page races them: {pair: [lanes, ...]}."""
+    out = {}
+    for pair in PAIRS:
+        engine = load_engine(pair, device="cpu")
+        assert engine.target.dtype == torch.float32
+        out[pair] = []
+        for example in examples(pair):
+            lanes = None
+            for lanes in race(engine, example["prompt"], ["vanilla", "ouroboros"], example["max_new_tokens"]):
+                pass
+            out[pair].append(lanes)
     return out
 
 
-@pytest.mark.parametrize("index", range(len(EXAMPLES)), ids=[example["label"] for example in EXAMPLES])
-def test_each_example_label_holds_for_its_race(raced, index):
-    example, lanes = EXAMPLES[index], raced[index]
+@pytest.mark.parametrize("pair,index", CASES, ids=[f"{pair}: {examples(pair)[i]['label']}" for pair, i in CASES])
+def test_each_example_label_holds_for_its_race(raced, pair, index):
+    example, lanes = examples(pair)[index], raced[pair][index]
     claim, lane = example["claim"], lanes["ouroboros"]
     assert lane.done.token_ids == lanes["vanilla"].done.token_ids  # lossless, or nothing else counts
     drafted = Counter(token.source.value for token in lane.committed if token.source.value != "target")
