@@ -4,10 +4,12 @@ method's knobs, mapped onto load_engine and the engine's options."""
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", help="preset name, local folder or Hub id (default: the smollm2 preset; demo: the tiny embedded pair)")
+    parser.add_argument("--target", help="preset name, local folder or Hub id (default: $OUROBOROS_PRESET, else "
+                                          "smollm2; demo: the tiny pair)")
     parser.add_argument("--draft", help="local folder or Hub id of the draft (when --target is not a preset)")
     parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
@@ -56,5 +58,7 @@ def method_options(args, method: str) -> dict:
 def engine_from_args(args):
     from .models import load_engine
 
-    return load_engine(args.target, args.draft, args.device, dtype=args.dtype, device_map=args.device_map,
+    # As the app: OUROBOROS_PRESET chooses the pair where --target does not.
+    target = args.target or os.environ.get("OUROBOROS_PRESET") or None
+    return load_engine(target, args.draft, args.device, dtype=args.dtype, device_map=args.device_map,
                        trust_remote_code=args.trust_remote_code)

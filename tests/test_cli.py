@@ -245,7 +245,8 @@ def test_pair_card_reads_the_embedded_pair_by_default():
 
 def test_ab_engine_compares_a_revision_with_the_working_tree(tmp_path):
     out = tmp_path / "ab.json"
-    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--rev", "HEAD", "--limit", "1",
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--target", "demo", "--rev", "HEAD",
+                           "--limit", "1",
                            "--max-new-tokens", "4", "--rounds", "2", "--methods", "vanilla", "--out", str(out)],
                           capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr
@@ -259,7 +260,8 @@ def test_ab_engine_puts_an_old_draft_against_the_working_trees(tmp_path):
     """--old-draft: the old side drafts with another model (here a copy of the same one, so the target forwards
     must match too); the tokens are the target's either way."""
     out = tmp_path / "ab.json"
-    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--rev", "HEAD", "--limit", "1",
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--target", "demo", "--rev", "HEAD",
+                           "--limit", "1",
                            "--max-new-tokens", "12", "--rounds", "1", "--methods", "ouroboros", "--temperature", "0.8",
                            "--top-p", "0.95", "--old-draft", "assets/models/draft", "--out", str(out)],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -273,7 +275,8 @@ def test_ab_engine_puts_an_old_draft_against_the_working_trees(tmp_path):
 def test_ab_engine_samples_both_revisions_with_the_same_seeds(tmp_path):
     """Sampled, the two revisions must still write the same tokens (the same seed per prompt in each)."""
     out = tmp_path / "ab.json"
-    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--rev", "HEAD", "--limit", "2",
+    done = subprocess.run([sys.executable, "-m", "ouroboros_core.tools.ab_engine", "--target", "demo", "--rev", "HEAD",
+                           "--limit", "2",
                            "--max-new-tokens", "6", "--rounds", "1", "--methods", "ouroboros", "--temperature", "0.8",
                            "--top-p", "0.95", "--seed", "3", "--out", str(out)],
                           capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)

@@ -77,18 +77,20 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="prompt i samples with seed S + i in both revisions")
     parser.add_argument("--old-draft", type=Path,
                         help="the old side drafts with this folder's model (the draft the working tree's replaced)")
+    parser.add_argument("--target", default=None, help="a preset (default: the default pair; demo: the tiny one)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     sampling = ({"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
                 if args.temperature else None)
-    base = load_engine()
+    base = load_engine(args.target)
     old_draft = base.draft
     if args.old_draft:
         old_draft = load_model(args.old_draft, base.target.device, base.target.dtype, trust_remote_code=False)
     with tempfile.TemporaryDirectory() as folder:
         old_engine = engine_class_at(args.rev, Path(folder))
-        engines = {"new": base, "old": old_engine(base.target, old_draft, base.tokenizer, name=base.name,
-                                                        defaults=base.defaults)}  # the same preset settings
+        old = old_engine(base.target, old_draft, base.tokenizer, name=base.name, chat=base.chat,
+                         defaults=base.defaults)  # the same preset settings
+        engines = {"new": base, "old": old}
         prompts = [item["prompt"] for item in (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)]
         for engine in engines.values():
             engine.generate(prompts[0], "ouroboros", 16)  # warm-up
