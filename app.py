@@ -27,7 +27,7 @@ from ui.guard import (KNOBS, SAMPLING, UNEXPECTED, Limits, check_request, check_
                       refuse, room_line, shielded)  # (UNEXPECTED: tests)
 from ui.inspect import inspector_outputs, step_view
 from ui.loading import PairLoader, load_pair, visitor_engine
-from ui.page import EXAMPLES, KNOB_INFO, chosen_preset, pair_description, prompt_label
+from ui.page import EXAMPLES, KNOB_INFO, PROMPT_LABEL, pair_description
 from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, prompt_tail, race_log_line, sampling_line
 from ui.replay import CHOICES, replay, speed_for
 from ui.sessions import Sessions, visitor
@@ -116,8 +116,8 @@ RUNNING = ('<div class="race-running">Racing: Stop ends it; Run again restarts i
 @on_gpu
 @shielded
 def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed, with_speculative,
-            colour, warm_pool, raw, request: gr.Request, armed: int | None = None):
-    """armed: the race's number from arm() when Run was pressed (its stop flag); None arms one now."""
+            colour, warm_pool, request: gr.Request, armed: int | None = None, raw: bool = False):
+    """armed: the race's number from arm() when Run was pressed (its stop flag), None arms one now; raw: as is."""
     who = visitor(request)
     session = SESSIONS.get(who)
     armed, stop = session["stops"].take(armed)  # set already if Stop came since the click
@@ -292,7 +292,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
     load_timer = gr.Timer(LOAD_EVERY_S, active=False)
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = gr.Textbox(EXAMPLES[0]["prompt"], label=prompt_label(chosen_preset()), lines=8, max_lines=30, elem_id="prompt")
+            prompt = gr.Textbox(EXAMPLES[0]["prompt"], label=PROMPT_LABEL, lines=8, max_lines=30, elem_id="prompt")
             room = gr.HTML(elem_id="prompt-room")  # its length in tokens against what the model can read
         with gr.Column(scale=1, min_width=260):
             max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(EXAMPLES[0]["max_new_tokens"], MAX_NEW_TOKENS), step=1,
@@ -301,7 +301,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
             colour = gr.Checkbox(True, label="Colour tokens by how they came")
             warm = gr.Checkbox(True, label="Keep my phrase pool warm (this session only)")
             raw_text = gr.Checkbox(False, label="Raw text: continue the prompt as it is, no chat turn",
-                                   visible=prompt_label(chosen_preset()) != "Prompt", elem_id="raw")
+                                   visible=PROMPT_LABEL != "Prompt", elem_id="raw")
             with gr.Row():
                 run = gr.Button("Run", variant="primary", elem_id="run")
                 stop_button = gr.Button("Stop", elem_id="stop")
@@ -345,13 +345,13 @@ with gr.Blocks(title="Ouroboros race") as demo:
 
     outputs = lane_outputs + [chart, badge, summary]
     race_inputs = [prompt, max_new, gamma, window, ngram, branches, temperature, top_p, seed, speculative_lane, colour,
-                   warm, raw_text]
+                   warm]
     after_race = [step_slider, inspector, replay_button, race_status]
     armed = gr.State(None)  # arm()'s number for the click's race. Every link "multiple": a Run is a new race
     run.click(arm, None, armed, concurrency_limit=None, api_visibility="private", trigger_mode="multiple").then(
         await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden",
         trigger_mode="multiple").success(
-        race_ui, race_inputs + [armed], outputs + after_race, concurrency_id="device", concurrency_limit=1,
+        race_ui, race_inputs + [armed, raw_text], outputs + after_race, concurrency_id="device", concurrency_limit=1,
         api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
         trigger_mode="multiple", show_progress_on=[race_status], show_progress="minimal").then(
         lambda: "", None, race_status, api_visibility="private", show_progress="hidden")  # also after a refusal

@@ -92,7 +92,7 @@ def raw_race(url: str, prompt, max_new_tokens, **knobs) -> tuple[str, object, st
     here as an "error" event whose data is the refused parameters' messages.
     """
     sampling = {"temperature": 0.0, "top_p": 1.0, "seed": None, **{k: v for k, v in knobs.items() if k in SAMPLING}}
-    data = [prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER), *sampling.values()]
+    data = [prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER), *sampling.values(), False]  # raw
     body = json.dumps({"data": data}, ensure_ascii=True, allow_nan=True)
     with httpx.Client(timeout=RACE_TIMEOUT_S) as http:
         posted = http.post(f"{url}gradio_api/call/race", content=body, headers={"Content-Type": "application/json"})

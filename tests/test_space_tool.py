@@ -349,7 +349,7 @@ def test_the_rehearsal_keeps_its_logs_and_explains_gradios_discarded_event_loops
         pip_log.write_text("Successfully installed torch-2.13.0+cpu\n")
         return Path(sys.executable), 1.0
 
-    def start_and_race(python, folder, work, app_log):
+    def start_and_race(python, folder, work, app_log, hub_cache=None):
         assert (folder / "app.py").is_file() and not app_log.is_relative_to(work)
         app_log.write_text(log)
         return Start(1.0, 2.0, {"vanilla": lane, "ouroboros": {**lane, "verdict": {"kind": "identical"}}}, log)

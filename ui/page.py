@@ -40,6 +40,7 @@ def prompt_label(preset: str | None = None) -> str:
 
 
 EXAMPLES = examples(chosen_preset())
+PROMPT_LABEL = prompt_label(chosen_preset())
 # One line per Ouroboros knob, under its slider.
 KNOB_INFO = {"gamma": "draft at least this many tokens before the target checks them",
              "window": "lookahead columns the draft refines in each forward (0: none; cheap on a GPU)",
