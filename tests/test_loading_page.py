@@ -95,7 +95,7 @@ def failing_app():
 
 def test_a_pair_that_cannot_load_says_what_to_set_and_the_server_keeps_serving(browser, failing_app):  # noqa: F811
     sentence = ("The model pair could not be loaded: OUROBOROS_PRESET='qwen-coder-7' is not a preset: set it to one "
-                "of demo, qwen-coder-7b")
+                "of smollm2, demo, qwen-coder-7b")
     context = open_context(browser, 1400, 900)
     try:
         page = open_page(context, failing_app.url)
