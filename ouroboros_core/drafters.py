@@ -110,8 +110,8 @@ class Speculative(Vanilla):
 # softmax(keyed / spread)[k] over the draft's 8 best keyed scores, spread = 0.95 * (0.8 / temperature) ** 0.9 in
 # keyed units. Fitted on the embedded pair's distilled draft (12 HumanEval and 12 held-out prompts, 6,144 positions
 # at temperatures 0.8 and 0.3; binned calibration error of the first and second guesses): first guess 0.685
-# predicted, 0.680 right at 0.8, 0.749 and 0.755 at 0.3; second 0.139 / 0.132 and 0.116 / 0.108. On the draft of
-# session 18 (longer on the target's writing): 0.687 / 0.691 at 0.8, 0.761 / 0.795 at 0.3, second 0.138 / 0.131 and
+# predicted, 0.680 right at 0.8, 0.749 and 0.755 at 0.3; second 0.139 / 0.132 and 0.116 / 0.108. On a later draft
+# (trained longer on the target's writing): 0.687 / 0.691 at 0.8, 0.761 / 0.795 at 0.3, second 0.138 / 0.131 and
 # 0.109 / 0.094. A refit to it (0.9 * (0.8 / T) ** 0.7, share 0.95) predicted closer but ran 0.99x at 0.8 and 0.98x
 # at 0.3 (it drafts on further at 0.3), so the settings above stay: they steer, they do not decide.
 RANK_SHARE = 0.97
