@@ -14,6 +14,7 @@ from .config import ConfigError, OuroborosConfig, build_configs, check_int
 from .drafters import Ouroboros, Proposal, Speculative, Vanilla
 from .events import DoneEvent, Event, Result, Source, Stats, StepEvent, Token
 from .lean import lean_draft
+from .packed import pack_linears
 from .pool import PhrasePool
 from .verdict import OutputVerdict, output_verdict
 from .verify import Sampler, Verdict, forward_tree, input_device, row_positions, walk_tree
@@ -151,6 +152,7 @@ class Engine:
                  defaults: dict[str, dict] | None = None):
         """defaults: per method, options used where a request gives none (a preset's settings for this device)."""
         self.target = target.eval()
+        pack_linears(self.target)  # a float32 target on a CPU: its few-row forwards through packed weights
         self.draft = draft.eval() if draft is not None else None
         self.tokenizer = tokenizer
         self.name = name

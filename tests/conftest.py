@@ -13,6 +13,7 @@ import os
 import pytest
 import torch
 
+from ouroboros_core.packed import unpacked
 from ouroboros_core.tools.corpus import EOS, load_corpus, train_tokenizer
 
 torch.set_num_threads(1)
@@ -179,7 +180,7 @@ def reference_ids(model, tokenizer, prompt: str, max_new_tokens: int, eos_token_
     more than TIE_MARGIN from a tie at every token."""
     input_ids = tokenizer(prompt, return_tensors="pt").input_ids
     kwargs = {} if eos_token_id is None else {"eos_token_id": eos_token_id}
-    with torch.no_grad():
+    with torch.no_grad(), unpacked(model):  # the target's stock layers, as transformers runs them
         out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                              max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id, **kwargs)
     new_ids = out[0, input_ids.shape[1]:].tolist()

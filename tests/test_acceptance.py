@@ -21,6 +21,7 @@ from conftest import check_margin
 from engine_checks import PROMPTS, REPETITIVE_PROMPTS, check_events
 from ouroboros_core import DoneEvent, Engine, Result, StepEvent, load_engine
 from ouroboros_core.cache import cache_length
+from ouroboros_core.packed import unpacked
 from ouroboros_core.verify import position_noise
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -346,7 +347,7 @@ def pair_generate(engine, prompt: str, max_new_tokens: int, eos: int) -> list[in
     """The target's own greedy generate() with `eos` as its end token, checked to be far from ties."""
     prompt_ids = engine.encode(prompt)
     input_ids = torch.tensor([prompt_ids])
-    with torch.no_grad():
+    with torch.no_grad(), unpacked(engine.target):
         out = engine.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                                      max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos)
     new_ids = out[0, len(prompt_ids):].tolist()

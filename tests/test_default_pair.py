@@ -17,6 +17,7 @@ import torch
 from app_server import AppServer
 from ouroboros_core import load_engine
 from ouroboros_core.models import DEFAULT_PRESET, presets
+from ouroboros_core.packed import unpacked
 from ouroboros_core.sources import CONVERTED, converted_folder
 from ouroboros_core.tools.chat_requests import heldout_requests
 
@@ -68,7 +69,7 @@ def test_a_request_is_a_chat_turn_and_raw_text_is_sent_as_it_is(engine):
 def test_every_method_is_token_identical_to_generate_on_a_held_out_request(engine, index):
     request = heldout_requests(3)[index]
     ids = torch.tensor([engine.encode(request["prompt"], raw=not request["chat"])])
-    with torch.no_grad():
+    with torch.no_grad(), unpacked(engine.target):
         out = engine.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=48,
                                      pad_token_id=engine.tokenizer.eos_token_id)
     reference = out[0, ids.shape[1]:].tolist()

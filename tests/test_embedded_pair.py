@@ -10,6 +10,7 @@ import torch
 from conftest import check_margin
 from engine_checks import check_events
 from ouroboros_core import Source, load_engine
+from ouroboros_core.packed import unpacked
 
 N = 48
 # Two HumanEval-style stubs, a class with a method stub, and a prompt that makes the pair repeat itself
@@ -39,7 +40,7 @@ def target_generate(engine, prompt: str, max_new_tokens: int) -> list[int]:
     checked to lead by more than TIE_MARGIN at every token."""
     prompt_ids = engine.encode(prompt)
     input_ids = torch.tensor([prompt_ids])
-    with torch.no_grad():
+    with torch.no_grad(), unpacked(engine.target):
         out = engine.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                                      max_new_tokens=max_new_tokens, pad_token_id=engine.tokenizer.eos_token_id)
     new_ids = out[0, len(prompt_ids) :].tolist()

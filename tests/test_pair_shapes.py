@@ -11,6 +11,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from ouroboros_core import load_engine
+from ouroboros_core.packed import unpacked
 from ouroboros_core.tools.corpus import EOS, load_corpus, train_tokenizer
 
 PROMPT = "def add(a, b):\n    return a + b\n\nclass Config:\n"
@@ -71,7 +72,7 @@ def llama3_scaled(tokenizer, root: Path) -> tuple[str, str]:
 
 def greedy(engine, prompt: str, max_new_tokens: int) -> list[int]:
     ids = torch.tensor([engine.encode(prompt)])
-    with torch.no_grad():
+    with torch.no_grad(), unpacked(engine.target):
         out = engine.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                      max_new_tokens=max_new_tokens)
     return out[0, ids.shape[1]:].tolist()

@@ -98,6 +98,8 @@ def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens:
     so its sampled text differs from the engine's)."""
     import torch
 
+    from ouroboros_core.packed import unpacked
+
     tokenizer, target = engine.tokenizer, engine.target
     ids = torch.tensor([engine.encode(prompt)], device=target.device)
     kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids),
@@ -111,7 +113,7 @@ def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens:
         kwargs["prompt_lookup_num_tokens"] = lookup_tokens
     sync(target.device)
     started = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), unpacked(target):  # transformers as a user has it, its own linear layers
         out = target.generate(ids, **kwargs)
     sync(target.device)
     return out[0, ids.shape[1] :].tolist(), time.perf_counter() - started
