@@ -99,7 +99,14 @@ class LeanDecoder:
         self.embed = inner.embed_tokens.weight
         self.rotary = inner.rotary_emb
         self.norm = inner.norm.weight
+        # The tokens the draft may propose: its folder's draft_vocabulary.json where it has one (the loader's
+        # `draft_vocabulary`), else all. Its output layer then reads those rows alone, a fraction of the bytes;
+        # every other token scores -inf, a token the draft never writes (context lookup still copies any).
+        self.vocabulary = getattr(model, "draft_vocabulary", None)
+        self.vocab_size = model.lm_head.weight.shape[0]
         self.head = model.lm_head.weight
+        if self.vocabulary is not None:
+            self.head = self.head[self.vocabulary.to(self.head.device)].contiguous()
         self.layers = []
         self.narrow_rows = False  # forwards of up to NARROW_ROWS rows multiply by int8 copies of the weights
         self.narrow: dict[int, tuple] = {}  # layer index -> its int8 layers (see _narrow_layers)
@@ -209,8 +216,15 @@ class LeanDecoder:
         if self.narrow_rows and h.shape[-2] <= NARROW_ROWS:
             if self.narrow_head is None:
                 self.narrow_head = Int8Linear(self.head)
-            return LeanOutput(self.narrow_head(h))
-        return LeanOutput(F.linear(h, self.head))
+            return LeanOutput(self._full_width(self.narrow_head(h)))
+        return LeanOutput(self._full_width(F.linear(h, self.head)))
+
+    def _full_width(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft's vocabulary placed in a row over all tokens, -inf for the rest."""
+        if self.vocabulary is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        return full.index_copy_(-1, self.vocabulary.to(logits.device), logits)
 
 
 def _shaped_like_llama(model) -> bool:
@@ -245,6 +259,8 @@ def lean_draft(model, exact: bool = False):
                          use_cache=True).logits
     got = decoder(input_ids=ids, position_ids=positions, attention_mask=None,
                   past_key_values=decoder.new_cache()).logits
+    if decoder.vocabulary is not None:  # the tokens the draft may propose: the model's own logits there
+        got, expected = got[..., decoder.vocabulary], expected[..., decoder.vocabulary]
     # Same arithmetic, so the same logits up to the order of float sums; anything more is a different model.
     tolerance = 1e-4 if model.dtype == torch.float32 else 5e-2
     if not torch.allclose(got.float(), expected.float(), atol=tolerance * (1 + expected.abs().max().item()), rtol=0):
@@ -254,6 +270,8 @@ def lean_draft(model, exact: bool = False):
         try:  # the int8 forward of the same 8 rows: rounded, but the same model (a broken kernel is far off)
             narrow = decoder(input_ids=ids, position_ids=positions, attention_mask=None,
                              past_key_values=decoder.new_cache()).logits
+            if decoder.vocabulary is not None:
+                narrow = narrow[..., decoder.vocabulary]
             scale = 1 + expected.abs().max().item()
             decoder.narrow_rows = bool(torch.allclose(narrow, expected, atol=INT8_TOLERANCE * scale, rtol=0))
         except RuntimeError:

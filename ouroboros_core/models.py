@@ -192,7 +192,27 @@ def load_model(folder: Path, device, dtype, trust_remote_code: bool, device_map=
         raise
     if not device_map:
         model.to(device)
+    vocabulary = folder / DRAFT_VOCABULARY
+    if vocabulary.is_file():
+        model.draft_vocabulary = read_vocabulary(vocabulary, model.get_output_embeddings().weight.shape[0])
     return model.eval()
+
+
+DRAFT_VOCABULARY = "draft_vocabulary.json"  # a draft folder's list of the token ids it may propose
+
+
+def read_vocabulary(path: Path, vocab_size: int):
+    """A draft_vocabulary.json as a sorted LongTensor of distinct ids below vocab_size; LoadError if not."""
+    import torch
+
+    try:
+        ids = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise LoadError(f"{path}: not a JSON list of token ids ({err})") from err
+    if (not isinstance(ids, list) or not ids or len(set(ids)) != len(ids)
+            or not all(isinstance(i, int) and 0 <= i < vocab_size for i in ids)):
+        raise LoadError(f"{path}: must list distinct token ids from 0 to {vocab_size - 1}")
+    return torch.tensor(sorted(ids), dtype=torch.long)
 
 
 def parameter_count(folder: Path) -> int:

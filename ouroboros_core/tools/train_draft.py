@@ -34,6 +34,8 @@ class DraftTraining:
     warmup: int = 30
     seed: int = 0
     eval_every: int = 50  # steps between held-out checks
+    teacher_k: int = 0  # >0: learn the target's own top-k next-token chances at every answer position too
+    start: str = ""  # a draft folder to go on training from ("": the target cut to `layers`)
 
 
 def load_rows(path: Path) -> list[dict]:
@@ -74,10 +76,30 @@ def batches(rows: list[dict], batch_tokens: int, rng: random.Random) -> list[lis
     return out
 
 
-def answer_loss(draft, batch: list[dict], pad: int):
-    """Cross-entropy of the draft's guesses at every answer position; (loss, right guesses, guesses)."""
+def teacher_targets(target, rows: list[dict], pad: int, k: int, batch_tokens: int, log=print) -> None:
+    """Add to each row the target's own top-k next-token ids and chances at its answer positions, teacher-forced
+    on the answer as written ("teacher_ids", "teacher_p": one list of k per position). A sampled answer's next
+    token is one draw; the target's chances say what it would write at every rank, its greedy choice first."""
     import torch
-    import torch.nn.functional as F
+
+    done = 0
+    started = time.perf_counter()
+    with torch.no_grad():
+        for batch in batches(rows, batch_tokens, random.Random(0)):
+            ids, mask, scored = padded(batch, pad)
+            hidden = target.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
+            for i, row in enumerate(batch):
+                chances = torch.softmax(target.lm_head(hidden[i][scored[i, :-1]]).float(), dim=-1)
+                top = chances.topk(k, dim=-1)
+                row["teacher_ids"], row["teacher_p"] = top.indices.tolist(), top.values.tolist()
+            done += len(batch)
+            log(f"teacher: {done}/{len(rows)} answers, {time.perf_counter() - started:.0f} s")
+
+
+def padded(batch: list[dict], pad: int):
+    """Token ids padded to the batch's longest, the attention mask, and the positions whose next token is an
+    answer token."""
+    import torch
 
     width = max(len(row["ids"]) for row in batch)
     ids = torch.full((len(batch), width), pad)
@@ -87,11 +109,28 @@ def answer_loss(draft, batch: list[dict], pad: int):
         ids[i, : len(row["ids"])] = torch.tensor(row["ids"])
         mask[i, : len(row["ids"])] = 1
         scored[i, row["prompt_tokens"] - 1 : len(row["ids"]) - 1] = True
+    return ids, mask, scored
+
+
+def answer_loss(draft, batch: list[dict], pad: int):
+    """Cross-entropy of the draft's guesses at every answer position; (loss, right guesses, guesses). Rows with
+    teacher targets add the cross-entropy against the target's top-k chances (renormalised), and count a guess
+    right when it is the target's own first choice."""
+    import torch
+    import torch.nn.functional as F
+
+    ids, mask, scored = padded(batch, pad)
     hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, width)
     labels = ids[:, 1:][scored[:, :-1]]
     logits = draft.lm_head(hidden[:, :-1][scored[:, :-1]])  # (answer positions, vocab): only those
     loss = F.cross_entropy(logits, labels)
-    return loss, (logits.argmax(-1) == labels).sum().item(), labels.numel()
+    if "teacher_ids" not in batch[0]:
+        return loss, (logits.argmax(-1) == labels).sum().item(), labels.numel()
+    top_ids = torch.tensor([p for row in batch for p in row["teacher_ids"]])
+    top_p = torch.tensor([p for row in batch for p in row["teacher_p"]])
+    top_p = top_p / top_p.sum(-1, keepdim=True)
+    soft = -(top_p * F.log_softmax(logits, dim=-1).gather(1, top_ids)).sum(-1).mean()
+    return 0.5 * loss + soft, (logits.argmax(-1) == top_ids[:, 0]).sum().item(), labels.numel()
 
 
 def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int) -> dict:
@@ -109,6 +148,31 @@ def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int) -> dict:
             "positions": total}
 
 
+# Token ids below this always stay in the draft's vocabulary: a byte-level BPE numbers its bytes and its
+# earliest (most frequent) merges first, so text unlike the training answers still finds its common pieces.
+COMMON_IDS = 8192
+
+
+def write_vocabulary(rows: list[dict], out: Path, vocab_size: int) -> int:
+    """The draft's vocabulary (models.DRAFT_VOCABULARY): every token of the training rows, requests included, and
+    the COMMON_IDS first ids; returns its size. The draft's output layer reads these rows alone."""
+    from ouroboros_core.models import DRAFT_VOCABULARY
+
+    ids = set(range(min(COMMON_IDS, vocab_size))) | {t for row in rows for t in row["ids"]}
+    (out / DRAFT_VOCABULARY).write_text(json.dumps(sorted(ids)) + "\n")
+    return len(ids)
+
+
+def first_draft(cfg: DraftTraining, target):
+    """The draft training starts from: a saved draft's folder (cfg.start), else the target cut to its layers."""
+    if not cfg.start:
+        return cut_target(target, cfg.layers)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(cfg.start, dtype=torch.float32)
+
+
 def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print) -> dict:
     import torch
 
@@ -120,7 +184,9 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows, held = load_rows(samples), load_rows(heldout)
     greedy_held = [row for row in held if row["temperature"] == 0]
-    draft = cut_target(target, cfg.layers)
+    if cfg.teacher_k:
+        teacher_targets(target, rows, pad, cfg.teacher_k, cfg.batch_tokens, log)
+    draft = first_draft(cfg, target)
     del target
     draft.get_input_embeddings().weight.requires_grad_(False)
     trained = [p for p in draft.parameters() if p.requires_grad]
@@ -159,8 +225,9 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
     out.mkdir(parents=True, exist_ok=True)
     draft.to(torch.bfloat16).save_pretrained(out)  # 16-bit on disk keeps the repository small
     tokenizer.save_pretrained(out)
+    vocabulary = write_vocabulary(rows, out, draft.config.vocab_size)
     summary = {"config": asdict(cfg), "steps": steps, "wall_s": round(time.perf_counter() - started, 1),
-               "answers": len(rows), "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
+               "answers": len(rows), "vocabulary": vocabulary, "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
                "temperatures": sorted({r["temperature"] for r in rows}), "heldout_answers": len(held),
                "history": history, "heldout_curve": curve}
     (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -175,6 +242,9 @@ def main(argv=None) -> None:
     parser.add_argument("--layers", type=int, default=DraftTraining.layers)
     parser.add_argument("--epochs", type=float, default=DraftTraining.epochs)
     parser.add_argument("--lr", type=float, default=DraftTraining.lr)
+    parser.add_argument("--teacher-k", type=int, default=0,
+                        help="also learn the target's top-k chances at every answer position (0: its tokens alone)")
+    parser.add_argument("--start", default="", help="a draft folder to go on training from")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = parser.parse_args(argv)
     for path in (args.samples, args.heldout):
@@ -186,7 +256,8 @@ def main(argv=None) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    train(DraftTraining(layers=args.layers, epochs=args.epochs, lr=args.lr), args.samples, args.heldout, args.out)
+    cfg = DraftTraining(layers=args.layers, epochs=args.epochs, lr=args.lr, teacher_k=args.teacher_k, start=args.start)
+    train(cfg, args.samples, args.heldout, args.out)
 
 
 if __name__ == "__main__":
