@@ -117,7 +117,7 @@ RUNNING = ('<div class="race-running">Racing: Stop ends it; Run again restarts i
 @shielded
 def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature, top_p, seed, with_speculative,
             colour, warm_pool, request: gr.Request, armed: int | None = None, raw: bool = False):
-    """armed: the race's number from arm() when Run was pressed (its stop flag), None arms one now; raw: as is."""
+    """armed: the race's number from Sessions.arm at the Run (its stop flag), None arms one now; raw: as is."""
     who = visitor(request)
     session = SESSIONS.get(who)
     armed, stop = session["stops"].take(armed)  # set already if Stop came since the click
@@ -237,26 +237,20 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
         log_race("api", lanes)
 
 
-def arm(request: gr.Request) -> int:
-    """Runs at once when Run or Replay is pressed, before the race waits for the device: whatever this visitor
-    had running or queued stops within a step, and the new race gets a stop flag of its own, which a Stop
-    pressed from now on sets, even while the race still waits in the queue."""
-    return SESSIONS.get(visitor(request))["stops"].arm()
+def accept_run(request: gr.Request, *inputs) -> list:
+    """Run pressed, its inputs accepted (the validator's refusal changes nothing): the race is armed, and Replay goes
+    off now, not at the race's first frame a queue away (a Replay then would stop the race)."""
+    return [SESSIONS.arm(request), gr.update(interactive=False)]
 
 
-def request_stop(request: gr.Request):
-    SESSIONS.get(visitor(request))["stops"].stop_all()
-
-
-def forget_session(request: gr.Request):
-    SESSIONS.drop(visitor(request))
+def race_over(request: gr.Request) -> list:
+    """The racing line goes; Replay comes back for the last race unless a later Run has armed another."""
+    return ["", gr.update(interactive=SESSIONS.replayable(request))]
 
 
 def clear(request: gr.Request):
     """Empty the page: whatever runs stops, and the last race is forgotten (Replay has nothing to show)."""
-    session = SESSIONS.get(visitor(request))
-    session["stops"].stop_all()
-    session["race"] = None
+    SESSIONS.forget_race(request)
     off = gr.update(interactive=False)
     return ["", "", "", "", "", "", chart_svg({}), "", "", off, "", off, ""]
 
@@ -347,15 +341,18 @@ with gr.Blocks(title="Ouroboros race") as demo:
     race_inputs = [prompt, max_new, gamma, window, ngram, branches, temperature, top_p, seed, speculative_lane, colour,
                    warm]
     after_race = [step_slider, inspector, replay_button, race_status]
-    armed = gr.State(None)  # arm()'s number for the click's race. Every link "multiple": a Run is a new race
-    run.click(arm, None, armed, concurrency_limit=None, api_visibility="private", trigger_mode="multiple").then(
+    armed = gr.State(None)  # Sessions.arm's number for the click's race. Every link "multiple": a Run is a new race
+    run.click(accept_run, race_inputs + [raw_text], [armed, replay_button], concurrency_limit=None,
+              api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
+              trigger_mode="multiple", show_progress="hidden").success(
         await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden",
         trigger_mode="multiple").success(
         race_ui, race_inputs + [armed, raw_text], outputs + after_race, concurrency_id="device", concurrency_limit=1,
         api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
         trigger_mode="multiple", show_progress_on=[race_status], show_progress="minimal").then(
-        lambda: "", None, race_status, api_visibility="private", show_progress="hidden")  # also after a refusal
-    replay_button.click(arm, None, armed, concurrency_limit=None, api_visibility="private").then(
+        race_over, None, [race_status, replay_button], concurrency_limit=None, api_visibility="private",
+        show_progress="hidden", trigger_mode="multiple")  # also after an error the race raised
+    replay_button.click(SESSIONS.arm, None, armed, concurrency_limit=None, api_visibility="private").then(
         replay_ui, [replay_speed, colour, armed], outputs + after_race, concurrency_id="replay", concurrency_limit=8,
         api_visibility="private", show_progress="hidden")
     step_slider.change(inspect_step, step_slider, inspector, concurrency_limit=None, api_visibility="private",
@@ -363,14 +360,14 @@ with gr.Blocks(title="Ouroboros race") as demo:
     speculative_lane.change(lambda on: gr.update(visible=on), speculative_lane, lane_columns["speculative"],
                             api_visibility="private", show_progress="hidden")
     for stopper in (stop_button, stop_near):
-        stopper.click(request_stop, None, None, concurrency_limit=None, api_visibility="private")
+        stopper.click(SESSIONS.stop, None, None, concurrency_limit=None, api_visibility="private")
     clear_button.click(clear, None, outputs + after_race, api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
     loading_outputs = [load_status, pair, load_timer, gamma, window, ngram, branches, room]
     demo.load(loading_view, [prompt, max_new], loading_outputs, api_visibility="private", show_progress="hidden")
     load_timer.tick(loading_view, [prompt, max_new], loading_outputs, api_visibility="private", show_progress="hidden",
                     queue=False)
-    demo.unload(forget_session)
+    demo.unload(SESSIONS.leave)
     api = gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
     demo.fns[api["id"]].validator = race_validator(LIMITS, lambda: LOADER.engine)  # refused before the queue
     for changed in (prompt.change, max_new.change):  # the prompt's size in tokens, as the visitor types

@@ -6,6 +6,8 @@ ends), so the model pair loads and warms up once.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import socket
 import subprocess
@@ -101,6 +103,15 @@ class RunningApp:
 
     def __init__(self, url: str):
         self.url = url.rstrip("/") + "/"
+
+
+@functools.lru_cache
+def step_index(url: str, name: str) -> int:
+    """The number a queue request (its fn_index) gives the page's step whose function is `name`, from the app's
+    config at `url` (a Run's chain has several steps; the race is one of them)."""
+    with urllib.request.urlopen(url.split("gradio_api/")[0] + "config", timeout=30) as response:
+        steps = json.load(response)["dependencies"]
+    return next(step["id"] for step in steps if step["api_name"] == name)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app_server import app_server  # noqa: F401  (the fixture)
+from app_server import app_server, step_index  # noqa: F401  (the fixture)
 from pace import scaled
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -159,8 +159,8 @@ def is_join(request) -> bool:
 
 
 def is_race_join(request) -> bool:
-    """The race's own request: the one that carries the prompt."""
-    return is_join(request) and bool(json.loads(request.post_data or "{}").get("data"))
+    """The race's own request (the step before it, which checks and arms it, carries the prompt too)."""
+    return is_join(request) and json.loads(request.post_data)["fn_index"] == step_index(request.url, "race_ui")
 
 
 def start_race(page, prompt: str, max_new_tokens: int) -> None:
@@ -358,7 +358,7 @@ RACE_LINE = re.compile(r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ourobo
 def test_closing_the_tab_mid_race_frees_the_device(browser, page, app_server):  # noqa: F811
     """A visitor who closes the tab while their race runs stops it, so the next visitor does not wait for a race
     nobody watches. Two things can end it: Gradio closing the handler when the page's queue stream drops (the
-    race's log line then says "unfinished"), or demo.unload's forget_session setting the session's stop flag
+    race's log line then says "unfinished"), or demo.unload's Sessions.leave setting the session's stop flag
     (then "cancelled"); whichever comes first, the race must end well short of its 512 tokens."""
     has_log = hasattr(app_server, "log_text")
     before = set(app_server.log_text().splitlines()) if has_log else set()

@@ -1,5 +1,6 @@
 """The app's handlers in-process: one visitor's warm phrase pool never reaches another visitor, sessions are
-bounded, and an unexpected error reaches the visitor as a short message (never a traceback)."""
+bounded, Replay waits for the last Run's race, and an unexpected error reaches the visitor as a short message
+(never a traceback)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,24 @@ def test_a_run_stops_what_ran_before_and_a_stop_is_never_undone():
     for number in (first, second, fourth, fifth):
         stops.release(number)
     assert len(stops) == 0, "finished races leave no flag behind"
+
+
+def test_replay_comes_back_when_the_last_run_is_over_not_when_an_earlier_one_is(fresh_sessions):
+    request = types.SimpleNamespace(session_hash="gina")
+    run("gina", max_new_tokens=8)  # a race to replay
+    assert fresh_sessions.replayable(request)
+    stops = fresh_sessions.get("gina")["stops"]
+    first = fresh_sessions.arm(request)  # Run: Replay stays off while its race waits and runs
+    stops.take(first)
+    assert not fresh_sessions.replayable(request)
+    second = fresh_sessions.arm(request)  # Run again during that race: the first one ends, the second waits
+    stops.release(first)
+    assert not fresh_sessions.replayable(request), "the first race's end brought Replay back before the second ran"
+    stops.take(second)
+    stops.release(second)
+    assert fresh_sessions.replayable(request)
+    fresh_sessions.forget_race(request)  # Clear: nothing to replay
+    assert not fresh_sessions.replayable(request)
 
 
 def test_a_second_run_ends_the_first_race_within_a_step():

@@ -104,11 +104,18 @@ def best_step(lane: Lane) -> int:
     return max(range(len(lane.events)), key=lambda i: (len(lane.events[i].committed), -i)) + 1
 
 
-def inspector_outputs(lanes: dict[str, Lane] | None) -> list:
-    """The step slider, the inspector and the replay button for a finished race (None: none to show)."""
+def replayable(lanes: dict[str, Lane] | None) -> bool:
+    """Whether Replay has something to show: a race whose Ouroboros lane took a step."""
     lane = lanes.get("ouroboros") if lanes else None
-    if lane is None or not lane.events:
-        return [gr.update(interactive=False), "", gr.update(interactive=False)]
+    return lane is not None and bool(lane.events)
+
+
+def inspector_outputs(lanes: dict[str, Lane] | None) -> list:
+    """The step slider, the inspector and the replay button for a finished race (None: none to show, and Replay
+    off). A finished race leaves Replay as it is: only the end of the visitor's last Run turns it back on."""
+    if not replayable(lanes):
+        return [gr.update(interactive=False), "", gr.update(interactive=False) if lanes is None else gr.skip()]
+    lane = lanes["ouroboros"]
     best = best_step(lane)
     return [gr.update(maximum=max(len(lane.events), 2), value=best, interactive=len(lane.events) > 1),
-            step_html(lane, best), gr.update(interactive=True)]
+            step_html(lane, best), gr.skip()]

@@ -1,9 +1,14 @@
-"""Per-visitor state kept on the server: stop flags for the visitor's races and, if asked for, a warm phrase pool."""
+"""Per-visitor state kept on the server: stop flags for the visitor's races and, if asked for, a warm phrase pool;
+and the page's clicks that touch nothing else."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+
+import gradio as gr
+
+from ui.inspect import replayable
 
 
 class Stops:
@@ -46,6 +51,11 @@ class Stops:
             if entry is not None and entry[1]:
                 del self._flags[armed]
 
+    def idle(self) -> bool:
+        """No race or replay of this visitor's is armed, waiting or running."""
+        with self._lock:
+            return not self._flags
+
     def stop_all(self) -> None:
         with self._lock:
             for flag, _ in self._flags.values():
@@ -80,6 +90,33 @@ class Sessions:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    # The page's clicks that touch only this state: Gradio runs them at once, outside the device's queue.
+    def arm(self, request: gr.Request) -> int:
+        """Run or Replay pressed, before the race waits for the device: whatever this visitor had running or
+        queued stops within a step, and the new race gets a stop flag of its own, which a Stop pressed from now on
+        sets, even while the race still waits in the queue."""
+        return self.get(visitor(request))["stops"].arm()
+
+    def stop(self, request: gr.Request) -> None:
+        self.get(visitor(request))["stops"].stop_all()
+
+    def leave(self, request: gr.Request) -> None:
+        """The visitor's page has gone: its races stop and its state goes."""
+        self.drop(visitor(request))
+
+    def forget_race(self, request: gr.Request) -> None:
+        """Clear: whatever runs stops, and the last race is gone (Replay has nothing to show)."""
+        session = self.get(visitor(request))
+        session["stops"].stop_all()
+        session["race"] = None
+
+    def replayable(self, request: gr.Request) -> bool:
+        """Whether Replay may come back: the last race has something to show, and no later click has armed
+        another race (a Replay would stop it before its first frame)."""
+        session = self.get(visitor(request))
+        last = (session.get("race") or [None])[0]  # the app records (lanes, final figures, context)
+        return session["stops"].idle() and replayable(last)
 
 
 def visitor(request) -> str:

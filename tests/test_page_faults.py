@@ -1,0 +1,46 @@
+"""Small faults of the page, in Chromium against the launched app: Replay is off from the moment Run is pressed
+until that race is over."""
+
+from __future__ import annotations
+
+import time
+
+from app_server import app_server  # noqa: F401  (the fixture)
+from test_browser import CODE_PROMPT, browser, context, finished_badge, page, start_race, sync_api  # noqa: F401
+
+BUSY = {"PROCESSING", "ITERATING", "PROGRESS"}  # a job that holds the device
+
+
+def hold_the_device(app_server):  # noqa: F811
+    """A long API race that holds the device (cancel it to let the next race start), once it has started."""
+    job = app_server.client().submit(CODE_PROMPT, 512, api_name="/race")
+    deadline = time.monotonic() + 60
+    while job.status().code.name not in BUSY:
+        assert time.monotonic() < deadline, f"the API race never started: {job.status().code.name}"
+        time.sleep(0.05)
+    return job
+
+
+def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, app_server):  # noqa: F811
+    start_race(page, CODE_PROMPT, 8)
+    finished_badge(page)
+    replay = page.locator("#replay")
+    sync_api.expect(replay).to_be_enabled()
+    busy = hold_the_device(app_server)
+    try:
+        page.locator("#run").click()
+        # While the race still waits for the device (Gradio's tracker shows its place), Replay is already off:
+        # a Replay pressed now would stop the race before it began.
+        sync_api.expect(page.locator("#race-status .progress-text")).to_be_visible()
+        assert replay.is_disabled(), "Replay is still enabled while the new race waits in the queue"
+        assert page.locator("#lane-ouroboros .cursor").count() == 0, "the race began: this proves nothing"
+    finally:
+        busy.cancel()
+    assert "Identical outputs: 8 tokens" in finished_badge(page)
+    sync_api.expect(replay).to_be_enabled()  # the race is over: it can be replayed
+    # A Run refused before the queue leaves the last race to replay.
+    page.locator("#prompt textarea").fill("   ")
+    page.locator("#run").click()
+    sync_api.expect(page.locator("#prompt")).to_contain_text("Prompt is empty")
+    sync_api.expect(replay).to_be_enabled()
+    assert page.errors == []
