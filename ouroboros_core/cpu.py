@@ -11,6 +11,8 @@ Pure Python at import; torch is imported only by `set_torch_threads`.
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,3 +177,106 @@ def set_torch_threads(environ: Mapping[str, str] = os.environ) -> ThreadChoice:
     except RuntimeError:
         pass  # the inter-op pool already started (or was sized); eager decoding barely uses it
     return choice
+
+
+# The share of its threads' CPU time below which a step counts as starved: torch's threads spin while they
+# wait, so on a quiet machine a step's CPU time is nearly its wall time times the threads (0.9 measured with 2
+# threads on 2 cores); with another job holding a core it fell to 0.6, and each step took 3 times as long.
+BUSY_SHARE = 0.75
+WINDOW_S = 0.5  # wall time of steps summed before the share is judged: a few steps, not one noisy one
+RETRY_S = 30.0  # after falling back to one thread, try the chosen count again this much later
+
+
+def thread_candidates(ceiling: int) -> list[int]:
+    """The thread counts worth timing up to `ceiling`: each up to 4, then doubling, and the ceiling itself."""
+    counts = {c for c in range(1, min(ceiling, 4) + 1)}
+    count = 8
+    while count < ceiling:
+        counts.add(count)
+        count *= 2
+    return sorted(counts | {max(1, ceiling)})
+
+
+def fastest_threads(run, ceiling: int, set_threads, clock=time.perf_counter, rounds: int = 2) -> tuple[int, dict]:
+    """The thread count from 1 to `ceiling` at which `run()` (a short decode of the loaded pair) takes least
+    time, each count timed `rounds` times in turn and its median kept; a count within 5% of a faster one with
+    fewer threads loses to it (fewer threads stall less when the machine gets busy). Returns (count,
+    {count: seconds}) with the count set."""
+    counts = thread_candidates(ceiling)
+    times: dict[int, list[float]] = {count: [] for count in counts}
+    for _ in range(rounds):
+        for count in counts:
+            set_threads(count)
+            started = clock()
+            run()
+            times[count].append(clock() - started)
+    medians = {count: statistics.median(seen) for count, seen in times.items()}
+    best = counts[0]
+    for count in counts[1:]:
+        if medians[count] < 0.95 * medians[best]:
+            best = count
+    set_threads(best)
+    return best, medians
+
+
+class BusyWatch:
+    """Keeps torch's thread count fit for the machine as its load changes. Each decode step is timed in wall
+    and process CPU time; when the steps of the last WINDOW_S got less than BUSY_SHARE of the CPU time their
+    threads could use, another job holds cores and the threads stall each other at every barrier: the watch
+    drops to one thread, and RETRY_S later tries the chosen count again (falling back at once if the job is
+    still there). `busy_windows` counts the starved windows, so a caller can tell whether a race met a busy
+    machine. Call `begin` and `end` around each step, on the thread that runs torch."""
+
+    def __init__(self, chosen: int, set_threads, clock=time.perf_counter, cpu=time.process_time, log=None,
+                 fixed: bool = False):
+        """chosen: the count for a quiet machine (`fit` measures it); fixed: never change it (a count the host
+        set with OUROBOROS_THREADS), only count the busy windows."""
+        self.chosen = self.threads = chosen
+        self.fixed = fixed
+        self.set_threads, self.clock, self.cpu, self.log = set_threads, clock, cpu, log or (lambda text: None)
+        self.busy_windows = 0
+        self.last_share: float | None = None
+        self._wall = self._used = 0.0
+        self._started: tuple[float, float] | None = None
+        self._fell_at: float | None = None
+
+    def begin(self) -> None:
+        self._started = (self.clock(), self.cpu())
+        if self._fell_at is not None and self._started[0] - self._fell_at >= RETRY_S:
+            self._switch(self.chosen, f"trying {self.chosen} again after {RETRY_S:.0f} s")
+            self._fell_at = None
+            self._started = (self.clock(), self.cpu())
+
+    def end(self) -> None:
+        if self._started is None:
+            return
+        wall, used = self.clock() - self._started[0], self.cpu() - self._started[1]
+        self._started = None
+        self._wall, self._used = self._wall + wall, self._used + used
+        if self._wall < WINDOW_S:
+            return
+        self.last_share = self._used / (self._wall * self.threads)
+        self._wall = self._used = 0.0
+        if self.last_share >= BUSY_SHARE:
+            return
+        self.busy_windows += 1
+        if self.threads > 1 and not self.fixed:
+            self._switch(1, f"busy: its {self.threads} threads got {self.last_share:.0%} of their CPU time")
+            self._fell_at = self.clock()
+
+    def fit(self, run) -> str:
+        """Time `run()` (a short decode of the loaded pair) at each count up to the chosen one and keep the
+        fastest (fastest_threads); returns the line for the log. A fixed count is kept without timing."""
+        if self.fixed or self.chosen == 1:
+            return f"torch threads: {self.chosen} (not measured: {'set by ' + ENV_VAR if self.fixed else 'one core'})"
+        ceiling = self.chosen
+        best, medians = fastest_threads(run, ceiling, self.set_threads, self.clock)
+        self.chosen = self.threads = best
+        timed = ", ".join(f"{count}: {seconds:.2f} s" for count, seconds in medians.items())
+        return f"torch threads: {best} of up to {ceiling}, the fastest on a short race ({timed})"
+
+    def _switch(self, count: int, why: str) -> None:
+        self.log(f"torch threads: {self.threads} -> {count} ({why})")
+        self.threads = count
+        self._wall = self._used = 0.0  # a window judges one thread count only
+        self.set_threads(count)

@@ -53,9 +53,9 @@ class Lane:
 
 
 def race(engine, prompt: str, methods: list[str], max_new_tokens: int, options: dict[str, dict] | None = None,
-         stop=None, pools: dict | None = None, raw: bool = False) -> Iterator[dict[str, Lane]]:
+         stop=None, pools: dict | None = None, raw: bool = False, watch=None) -> Iterator[dict[str, Lane]]:
     """Yield the lanes after every step of any lane. Requests are validated before the first yield. raw: the
-    prompt as it is, not as a chat turn (Engine.encode)."""
+    prompt as it is, not as a chat turn (Engine.encode). watch: a cpu.BusyWatch that times every step."""
     options = options or {}
     pools = pools or {}
     streams = {}
@@ -70,7 +70,11 @@ def race(engine, prompt: str, methods: list[str], max_new_tokens: int, options: 
             if not running:
                 break
             behind = min(running, key=lambda m: lanes[m].clock_s)
+            if watch is not None:
+                watch.begin()
             lanes[behind].apply(next(streams[behind]))
+            if watch is not None:
+                watch.end()
             yield lanes
     finally:
         for stream in streams.values():
