@@ -235,7 +235,8 @@ class BusyWatch:
         self.fixed = fixed
         self.set_threads, self.clock, self.cpu, self.log = set_threads, clock, cpu, log or (lambda text: None)
         self.busy_windows = 0
-        self.last_share: float | None = None
+        self.last_share: float | None = None  # of the latest window judged
+        self.busy_share: float | None = None  # of the latest starved window
         self._wall = self._used = 0.0
         self._started: tuple[float, float] | None = None
         self._fell_at: float | None = None
@@ -260,9 +261,15 @@ class BusyWatch:
         if self.last_share >= BUSY_SHARE:
             return
         self.busy_windows += 1
+        self.busy_share = self.last_share
         if self.threads > 1 and not self.fixed:
             self._switch(1, f"busy: its {self.threads} threads got {self.last_share:.0%} of their CPU time")
             self._fell_at = self.clock()
+
+    def busy_since(self, windows: int) -> float | None:
+        """The CPU share of the latest starved window if any window since `windows` (an earlier
+        `busy_windows`) was starved, else None: whether a race that began then met a busy machine."""
+        return self.busy_share if self.busy_windows > windows else None
 
     def fit(self, run) -> str:
         """Time `run()` (a short decode of the loaded pair) at each count up to the chosen one and keep the

@@ -47,12 +47,14 @@ def test_a_starved_window_falls_back_to_one_thread_and_tries_again_later():
     for _ in range(20):
         machine.step(watch, 0.9)  # quiet: torch's spinning threads use nearly all their time
     assert (watch.threads, watch.busy_windows, lines) == (2, 0, [])
+    assert watch.busy_since(0) is None  # a race over those steps met a quiet machine
     steps = 0
     while watch.threads == 2:
         machine.step(watch, 0.55)
         steps += 1
     assert steps * 0.1 <= WINDOW_S + 0.1 + 1e-9  # within one window of steps
     assert machine.threads == 1 and watch.busy_windows == 1 and "busy" in lines[-1]
+    assert watch.busy_since(0) == pytest.approx(0.55) and watch.busy_since(1) is None
     fell = machine.now
     while machine.now < fell + 20:
         machine.step(watch, 0.95)  # one thread runs well: no switch before RETRY_S
