@@ -12,7 +12,6 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 
 import gradio as gr
@@ -27,8 +26,8 @@ from ui.guard import (KNOBS, SAMPLING, UNEXPECTED, Limits, check_request, check_
                       refuse, room_line, shielded)  # (UNEXPECTED: tests)
 from ui.inspect import inspector_outputs, step_view
 from ui.loading import PairLoader, load_pair, visitor_engine
-from ui.page import EXAMPLES, KNOB_INFO, PROMPT_LABEL, pair_description
-from ui.render import LANE_TITLES, LEGEND, TIMING_NOTE, api_result, prompt_tail, race_log_line, sampling_line
+from ui.page import EXAMPLES, KNOB_INFO, PROMPT_LABEL, pair_description, pair_settings
+from ui.render import LANE_TITLES, TIMING_NOTE, api_result, legend_html, prompt_tail, race_log_line, sampling_line
 from ui.replay import CHOICES, replay, speed_for
 from ui.sessions import Sessions, visitor
 from ui.threads import DeviceThread, Latest, quiet_when_idle
@@ -237,10 +236,12 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
         log_race("api", lanes)
 
 
-def accept_run(request: gr.Request, *inputs) -> list:
-    """Run pressed, its inputs accepted (the validator's refusal changes nothing): the race is armed, and Replay goes
-    off now, not at the race's first frame a queue away (a Replay then would stop the race)."""
-    return [SESSIONS.arm(request), gr.update(interactive=False)]
+def accept_run(request: gr.Request, prompt, max_new_tokens, gamma, window, ngram, branches, *rest) -> list:
+    """Run pressed, its inputs accepted (the validator's refusal changes nothing): the race is armed, Replay goes
+    off now, not at the race's first frame a queue away (a Replay then would stop the race), and the legend names
+    what this race can show."""
+    knobs = {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}
+    return [SESSIONS.arm(request), gr.update(interactive=False), legend_html({**pair_settings(LOADER.engine), **knobs})]
 
 
 def race_over(request: gr.Request) -> list:
@@ -264,17 +265,18 @@ def pair_line() -> str:
 
 def knob_values() -> list[int]:
     """The sliders' starting values: the loaded pair's own settings for its device, else the engine's."""
-    settings = {**asdict(DEFAULTS), **get_engine().defaults.get("ouroboros", {})}
-    return [settings[name] for name in KNOBS]
+    return [pair_settings(get_engine())[name] for name in KNOBS]
 
 
 def loading_view(text: str = "", length: int = 128) -> list:
     """On page load and on each tick while the pair loads: its status, the pair's line, whether to keep
-    ticking, the knobs once the pair (and so its own settings) is ready, and the prompt's size in tokens."""
+    ticking, the knobs once the pair (and so its own settings) is ready, the prompt's size in tokens, and the
+    legend for a race at the pair's settings."""
     ready = LOADER.finished and LOADER.error is None
     knobs = knob_values() if ready else [gr.skip()] * len(KNOBS)
+    legend = legend_html(pair_settings(LOADER.engine)) if ready else gr.skip()
     return [LOADER.status_html(), pair_line(), gr.Timer(active=not LOADER.finished)] + knobs + [
-        room_line(LOADER.engine, text, length)]
+        room_line(LOADER.engine, text, length), legend]
 
 
 with gr.Blocks(title="Ouroboros race") as demo:
@@ -316,7 +318,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
                              info="each position's draw comes from the seed and the position alone; empty: a new one "
                                   "each race, shown after it")
     with gr.Row(elem_id="race-top", equal_height=True):  # where Run scrolls the page to (assets/lanes.js)
-        gr.HTML(LEGEND, scale=3)
+        legend = gr.HTML(legend_html(pair_settings()), elem_id="legend", scale=3)  # set for each race
         race_status = gr.HTML(elem_id="race-status", scale=2)  # queued (Gradio's tracker: its place) or racing
     lane_outputs, lane_columns = [], {}
     with gr.Row(elem_id="lanes"):
@@ -342,7 +344,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
                    warm]
     after_race = [step_slider, inspector, replay_button, race_status]
     armed = gr.State(None)  # Sessions.arm's number for the click's race. Every link "multiple": a Run is a new race
-    run.click(accept_run, race_inputs + [raw_text], [armed, replay_button], concurrency_limit=None,
+    run.click(accept_run, race_inputs + [raw_text], [armed, replay_button, legend], concurrency_limit=None,
               api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
               trigger_mode="multiple", show_progress="hidden").success(
         await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden",
@@ -363,7 +365,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
         stopper.click(SESSIONS.stop, None, None, concurrency_limit=None, api_visibility="private")
     clear_button.click(clear, None, outputs + after_race, api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
-    loading_outputs = [load_status, pair, load_timer, gamma, window, ngram, branches, room]
+    loading_outputs = [load_status, pair, load_timer, gamma, window, ngram, branches, room, legend]
     demo.load(loading_view, [prompt, max_new], loading_outputs, api_visibility="private", show_progress="hidden")
     load_timer.tick(loading_view, [prompt, max_new], loading_outputs, api_visibility="private", show_progress="hidden",
                     queue=False)

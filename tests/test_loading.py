@@ -205,11 +205,11 @@ def test_after_a_failed_load_run_and_the_api_answer_with_the_sentence(failed_app
     with pytest.raises(gr.Error) as raised:
         list(app.race_api("def f():\n", 8))
     assert raised.value.message == sentence
-    status, pair, timer, *knobs, room = app.loading_view("def f():\n", 8)
+    status, pair, timer, *knobs, room, legend = app.loading_view("def f():\n", 8)
     assert sentence.replace("'", "&#x27;") in status
     assert timer.active is False  # nothing more to wait for
     assert all(isinstance(knob, type(gr.skip())) for knob in knobs)
-    assert "once the model pair has loaded" in room
+    assert "once the model pair has loaded" in room and isinstance(legend, type(gr.skip()))
 
 
 def test_while_loading_the_page_waits_with_the_stage_and_then_races(monkeypatch):
@@ -222,13 +222,14 @@ def test_while_loading_the_page_waits_with_the_stage_and_then_races(monkeypatch)
     waiting = app.await_pair()
     first = next(waiting)
     assert "Loading the target onto cpu in float32" in first
-    status, pair, timer, *knobs, room = app.loading_view("def f():\n", 128)
+    status, pair, timer, *knobs, room, legend = app.loading_view("def f():\n", 128)
     assert "Getting the model pair ready" in status and timer.active is True
     assert "once the model pair has loaded" in room
     gate.release.set()
     assert list(waiting)[-1] == ""  # the badge cleared for the race
-    status, pair, timer, *knobs, room = app.loading_view("def f():\n", 128)
+    status, pair, timer, *knobs, room, legend = app.loading_view("def f():\n", 128)
     assert status == "" and timer.active is False and knobs == app.knob_values()
+    assert "accepted from a pool phrase" in legend  # the tiny pair reads its pool (one branch)
     context = app.LOADER.engine.max_context
     assert room == f"{len(app.LOADER.engine.encode('def f():' + chr(10)))} of the {context - 128:,} tokens the model can read with 128 new tokens."
     assert "Running on **cpu** in **float32**" in pair

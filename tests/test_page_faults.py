@@ -1,12 +1,14 @@
 """Small faults of the page, in Chromium against the launched app: Replay is off from the moment Run is pressed
-until that race is over."""
+until that race is over; the legend names only the sources a race can show."""
 
 from __future__ import annotations
 
 import time
 
 from app_server import app_server  # noqa: F401  (the fixture)
-from test_browser import CODE_PROMPT, browser, context, finished_badge, page, start_race, sync_api  # noqa: F401
+from pace import scaled
+from test_browser import (CODE_PROMPT, browser, context, finished_badge, page, set_slider, start_race,  # noqa: F401
+                          sync_api)
 
 BUSY = {"PROCESSING", "ITERATING", "PROGRESS"}  # a job that holds the device
 
@@ -44,3 +46,22 @@ def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, 
     sync_api.expect(page.locator("#prompt")).to_contain_text("Prompt is empty")
     sync_api.expect(replay).to_be_enabled()
     assert page.errors == []
+
+
+def legend(page) -> str:
+    return page.locator(".legend").inner_text()
+
+
+def test_the_legend_names_only_the_sources_the_race_can_show(page):
+    # The page's load sets the knobs and the legend to the pair's settings: moving a knob before would be undone.
+    sync_api.expect(page.locator("#prompt-room")).to_contain_text("the model can read")
+    # The tiny pair verifies one pool phrase per step and has no lookahead window: the pool is in play, rarely.
+    sync_api.expect(page.locator(".legend")).to_contain_text("pool phrase (rare", timeout=scaled(30) * 1000)
+    page.get_by_text("Ouroboros parameters").click()
+    set_slider(page, "branches k", 0)  # the default pair's setting (with no draft candidates): no pool read
+    start_race(page, CODE_PROMPT, 8)
+    finished_badge(page)
+    assert "pool phrase" not in legend(page) and page.locator(".legend .tok-pool").count() == 0, legend(page)
+    for kept in ("accepted from the draft model", "accepted by lookup", "the target's own token"):
+        assert kept in legend(page), legend(page)
+    assert page.errors == []  # the other settings' legends: tests/test_render.py

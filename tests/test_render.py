@@ -9,8 +9,9 @@ from ouroboros_core.events import DoneEvent, Source, Stats, StepEvent, Token
 from ouroboros_core.race import Lane
 from ui.chart import chart_svg, nice_ticks
 from ui.calibration import Calibration, StepCosts
-from ui.render import (LIVE_MIN_TOKENS, badge_html, lane_html, lane_parts, lane_stats, prompt_tail, race_log_line,
-                       sampling_line, summary_html)
+from ui.page import pair_settings
+from ui.render import (LIVE_MIN_TOKENS, badge_html, lane_html, lane_parts, lane_stats, legend_html, prompt_tail,
+                       race_log_line, sampling_line, summary_html)
 
 
 def step(index, accepted, target, rejected=(), elapsed=0.1):
@@ -209,3 +210,24 @@ def test_calibration_medians_come_from_races_before_this_one():
     assert costs.ratio("ouroboros") == 1.0 and costs.ratio("speculative") is None
     calibration.add(race_lanes(reason="cancelled"))  # a stopped race is not a measurement
     assert calibration.costs().races == 1
+
+
+def pair_legend(preset: str, **knobs) -> str:
+    """The legend for a race on a preset's CPU settings (what its page starts with), some knobs moved."""
+    from ouroboros_core.models import presets
+
+    pair = type("Pair", (), {"defaults": presets()[preset].settings["cpu"]})()
+    return legend_html({**pair_settings(pair), **knobs})
+
+
+def test_the_legend_names_only_the_sources_a_race_can_show():
+    # The default pair reads no pool (no branches, no draft candidates): no pool colour to explain.
+    default = pair_legend("smollm2")
+    assert "tok-pool" not in default and "pool phrase" not in default
+    assert all(f"tok-{kind}" in default for kind in ("draft", "prompt", "target"))
+    assert "pool phrase (rare with window W at 0)" in pair_legend("demo")  # one branch, no lookahead window
+    assert ">accepted from a pool phrase</span>" in pair_legend("demo", window=4)
+    assert "tok-pool" in pair_legend("smollm2", branches=1) and "tok-pool" not in pair_legend("demo", branches=0)
+    assert "tok-pool" in legend_html({**pair_settings(), "branches": 0})  # the engine's draft candidates read it
+    assert "tok-prompt" not in pair_legend("smollm2", lookup=0)  # nothing looked up, nothing pooled
+    assert "tok-pool" not in pair_legend("smollm2", branches=-1)  # as a refused page sends it: nothing in play

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -46,6 +47,14 @@ KNOB_INFO = {"gamma": "draft at least this many tokens before the target checks 
              "window": "lookahead columns the draft refines in each forward (0: none; cheap on a GPU)",
              "ngram": "phrases of N-1 tokens enter the pool, keyed on the token before them",
              "branches": "pool phrases the target verifies beside the draft, in the same forward"}
+
+
+def pair_settings(engine=None) -> dict:
+    """The Ouroboros settings a race on `engine` starts from: the pair's own for its device, else the engine's
+    defaults (those too while no pair is loaded yet)."""
+    from ouroboros_core import OuroborosConfig
+
+    return {**asdict(OuroborosConfig()), **(engine.defaults.get("ouroboros", {}) if engine is not None else {})}
 
 
 def pair_description(engine=None) -> str:

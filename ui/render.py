@@ -14,13 +14,30 @@ LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative 
 TIMING_NOTE = ("Each lane's clock counts only its own compute: the lanes take turns on the one device, the "
                "lane that is behind on its own clock always goes next, and every clock reads "
                "time.perf_counter (device synchronised) around its own steps, as if it ran alone.")
-LEGEND = ('<div class="legend">'
-          '<span class="tok tok-draft">accepted from the draft model</span>'
-          '<span class="tok tok-pool" title="the target\'s own tokens over a rejected draft, reused where they '
-          'come back (rare with the default settings)">accepted from a pool phrase</span>'
-          '<span class="tok tok-prompt">accepted by lookup (the prompt or the text so far)</span>'
-          '<span class="tok tok-target">the target\'s own token</span>'
-          '<s class="tok-rejected">drafted, rejected</s></div>')
+POOL_TITLE = ("phrases the lookahead window guessed, and the target's own tokens over a rejected draft, reused "
+              "where they come back")
+
+
+def legend_html(settings: dict) -> str:
+    """The legend for an Ouroboros race with these settings (OuroborosConfig's fields, as sent): only the sources
+    it can show. The pool is read only as branches (k) or inside the draft's forward (draft candidates); without
+    the lookahead window (W) it holds little but the target's tokens over rejected drafts, and seldom pays."""
+    def positive(name: str) -> bool:
+        value = settings.get(name)
+        return isinstance(value, (int, float)) and value > 0
+
+    pool = positive("branches") or positive("draft_candidates")
+    lookup = settings.get("prompt_lookup", True) and (positive("lookup") or pool)
+    entries = ['<span class="tok tok-draft">accepted from the draft model</span>']
+    if pool:
+        rare = "" if positive("window") else " (rare with window W at 0)"
+        entries.append(f'<span class="tok tok-pool" title="{html.escape(POOL_TITLE)}">accepted from a pool '
+                       f"phrase{rare}</span>")
+    if lookup:
+        entries.append('<span class="tok tok-prompt">accepted by lookup (the prompt or the text so far)</span>')
+    entries += ['<span class="tok tok-target">the target\'s own token</span>',
+                '<s class="tok-rejected">drafted, rejected</s>']
+    return f'<div class="legend">{"".join(entries)}</div>'
 
 
 def count(n: int, noun: str) -> str:
