@@ -61,7 +61,8 @@ def test_a_finished_lane_has_no_cursor_and_no_rejected_tail():
 def test_stats_give_speedup_tokens_per_forward_and_acceptance():
     lanes = race_lanes()
     text = lane_stats(lanes["ouroboros"], lanes["vanilla"])
-    assert "<b>3.00x</b> vanilla" in text and "3.00 tokens/forward" in text and "67% accepted" in text
+    assert "3.00x vanilla by the clock" in text and "<b>3.00 tokens/forward</b>" in text and "67% accepted" in text
+    assert text.index("tokens/forward") < text.index("by the clock")  # the steady figure leads
     assert "vanilla" not in lane_stats(lanes["vanilla"], lanes["vanilla"]).replace("lane-stats", "")
 
 
@@ -173,9 +174,9 @@ def streaming_lanes(ouroboros_tokens: int, vanilla_tokens: int, ouroboros_done: 
 def test_the_live_speedup_waits_for_enough_tokens_and_a_finished_lane_figure_holds_still():
     early = streaming_lanes(LIVE_MIN_TOKENS - 1, LIVE_MIN_TOKENS + 5)
     assert f"speedup after {LIVE_MIN_TOKENS} tokens" in lane_stats(early["ouroboros"], early["vanilla"])
-    assert "x</b> vanilla" not in lane_stats(early["ouroboros"], early["vanilla"])
+    assert "by the clock" not in lane_stats(early["ouroboros"], early["vanilla"])
     running = streaming_lanes(LIVE_MIN_TOKENS, LIVE_MIN_TOKENS)
-    assert "<b>3.00x</b> vanilla" in lane_stats(running["ouroboros"], running["vanilla"])
+    assert "3.00x vanilla by the clock" in lane_stats(running["ouroboros"], running["vanilla"])
     # Ouroboros finished while vanilla runs on: its line stays the same whatever vanilla does meanwhile.
     lines = {lane_stats(streaming_lanes(40, n, ouroboros_done=True)["ouroboros"],
                         streaming_lanes(40, n, ouroboros_done=True)["vanilla"]) for n in (20, 25, 33)}
@@ -210,6 +211,22 @@ def test_calibration_medians_come_from_races_before_this_one():
     assert costs.ratio("ouroboros") == 1.0 and costs.ratio("speculative") is None
     calibration.add(race_lanes(reason="cancelled"))  # a stopped race is not a measurement
     assert calibration.costs().races == 1
+    # Nor is one that met a busy machine: its steps took what another job left them.
+    assert calibration.take(race_lanes(), busy=True).races == 1 and calibration.costs().races == 1
+    calibration.add(race_lanes())
+    assert calibration.costs().races == 2
+
+
+def test_a_race_that_met_a_busy_machine_says_so_and_its_forwards_lead_either_way():
+    lanes = race_lanes()
+    costs = StepCosts({"vanilla": 100.0, "ouroboros": 300.0}, races=4)
+    quiet, busy = summary_html(lanes, costs), summary_html(lanes, costs, busy_share=0.55)
+    assert "busy" not in quiet
+    assert "The machine was busy during this race: its steps got 55% of the CPU time" in busy
+    assert "measured 3.00x; expected 1.00x" in busy and "this race met a busy machine." in busy
+    # The same leading figure, first, whether the machine was busy or not.
+    for table in (quiet, busy):
+        assert table.startswith('<p class="forwards">Target forwards: vanilla 3, Ouroboros 1 (<b>3.00x fewer</b>)')
 
 
 def pair_legend(preset: str, **knobs) -> str:

@@ -43,10 +43,11 @@ class Calibration:
         self._window = window
         self._lock = threading.Lock()
 
-    def add(self, lanes: dict[str, Lane]) -> None:
-        """Count a finished race's steps (a stopped one, or one that never reached a vanilla step, is skipped)."""
+    def add(self, lanes: dict[str, Lane], busy: bool = False) -> None:
+        """Count a finished race's steps (a stopped one, one that never reached a vanilla step, or one that met
+        a busy machine, whose steps took what the other job left them, is skipped)."""
         costs = {method: step_ms(lane) for method, lane in lanes.items()}
-        if costs.get("vanilla") is None:
+        if costs.get("vanilla") is None or busy:
             return
         with self._lock:
             self._races += 1
@@ -61,8 +62,8 @@ class Calibration:
                 return None
             return StepCosts({method: statistics.median(seen) for method, seen in self._seen.items()}, self._races)
 
-    def take(self, lanes: dict[str, Lane]) -> StepCosts | None:
-        """The costs measured before this race, then this race counted for the next ones."""
+    def take(self, lanes: dict[str, Lane], busy: bool = False) -> StepCosts | None:
+        """The costs measured before this race, then this race counted for the next ones (unless `busy`)."""
         before = self.costs()
-        self.add(lanes)
+        self.add(lanes, busy)
         return before

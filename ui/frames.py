@@ -18,11 +18,12 @@ CHART_EVERY_S = 0.5  # the chart ~2 times a second: a slow browser keeps up
 
 def render(lanes: dict[str, Lane], colour: bool, chart: bool = True, final: dict | None = None, context: str = ""):
     """The outputs' new values; chart=False leaves the chart as it is (it is the costly one to redraw).
-    final: once the race is over, its verdicts, the step costs measured before it and its sampling line."""
+    final: once the race is over, its verdicts, the step costs measured before it, its sampling line and
+    whether it met a busy machine ("busy": the CPU share its steps got, or None)."""
     final = final or {}
     out = [part for method in ("vanilla", "ouroboros", "speculative")
            for part in lane_parts(lanes, method, colour, context)]
-    summary = summary_html(lanes, final["costs"]) if final else ""
+    summary = summary_html(lanes, final["costs"], final.get("busy")) if final else ""
     return out + [chart_svg(lanes) if chart else gr.skip(),
                   badge_html(lanes, final.get("verdicts")) + final.get("sampling", ""), summary]
 

@@ -86,7 +86,7 @@ def live_speedup(lane: Lane, vanilla: Lane | None) -> str:
         return f"speedup after {LIVE_MIN_TOKENS} tokens"
     if vanilla.tokens_per_second <= 0:
         return ""
-    return f"<b>{lane.tokens_per_second / vanilla.tokens_per_second:.2f}x</b> vanilla"
+    return f"{lane.tokens_per_second / vanilla.tokens_per_second:.2f}x vanilla by the clock"
 
 
 def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
@@ -94,9 +94,10 @@ def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
     parts = [f"<b>{lane.clock_s:.2f} s</b>", count(lane.tokens, "token"), f"<b>{lane.tokens_per_second:.1f} tok/s</b>",
              count(forwards, "target forward")]
     if lane.method != "vanilla":
-        parts.append(live_speedup(lane, vanilla))
+        # The figure no other job on the machine moves leads (vanilla's is 1); the clock's follows it.
         if forwards:
-            parts.append(f"{lane.tokens / forwards:.2f} tokens/forward")
+            parts.append(f"<b>{lane.tokens / forwards:.2f} tokens/forward</b>")
+        parts.append(live_speedup(lane, vanilla))
         if lane.drafted:
             parts.append(f"{lane.accepted / lane.drafted:.0%} accepted")
     state = "done" if lane.done else "running"
@@ -187,10 +188,19 @@ COLUMNS = ("lane", "target forwards", "tokens/forward", "speedup (clock)", "expe
            "accepted")
 
 
-def summary_html(lanes: dict[str, Lane], costs: StepCosts | None = None) -> str:
+def busy_line(busy_share: float | None) -> str:
+    """A word on a race that met a busy machine (cpu.BusyWatch's starved share), else nothing."""
+    if busy_share is None:
+        return ""
+    return ('<p class="busy" role="note">The machine was busy during this race: its steps got '
+            f"{busy_share:.0%} of the CPU time their threads could use (another job held cores), so every lane "
+            "ran slower and the clock speedup moved with them; the target forwards did not.</p>")
+
+
+def summary_html(lanes: dict[str, Lane], costs: StepCosts | None = None, busy_share: float | None = None) -> str:
     """The finished race in a table: the forward count, which no load on the machine changes, beside the clock
     speedup, which it does, and the speedup predicted from this race's acceptance at step costs measured apart
-    from it (`costs`), with why the measured one differs."""
+    from it (`costs`), with why the measured one differs; busy_share: the race met a busy machine."""
     if not lanes or any(lane.done is None for lane in lanes.values()):
         return ""
     vanilla = lanes["vanilla"].done.stats
@@ -211,15 +221,16 @@ def summary_html(lanes: dict[str, Lane], costs: StepCosts | None = None) -> str:
             notes.append(f"<li><b>{html.escape(LANE_TITLES[method])}</b>'s {count(s.new_tokens, 'token')}: "
                          f"{html.escape(sources_line(lane))}.</li>")
         if why:
+            busy = "; this race met a busy machine" if busy_share is not None else ""
             notes.append(f"<li><b>{html.escape(LANE_TITLES[method])}</b>: measured {speedup:.2f}x; "
-                         f"{html.escape(why)}.</li>")
+                         f"{html.escape(why)}{busy}.</li>")
     head = "".join(f"<th>{h}</th>" for h in COLUMNS)
     forwards = (f'<p class="forwards">Target forwards: vanilla {vanilla.target_forwards}, {", ".join(fewer)}. '
                 "A count no other job on the machine can change; the clock speedup also depends on what each "
                 "forward costs here and on what else the machine is doing.</p>") if fewer else ""
     note = f'<ul class="why">{"".join(notes)}</ul>' if notes else ""
-    return (f'{forwards}<div class="summary-wrap"><table class="summary"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>{note}')
+    return (f'{forwards}{busy_line(busy_share)}<div class="summary-wrap"><table class="summary"><thead><tr>{head}'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{note}')
 
 
 def api_result(lanes: dict[str, Lane]) -> dict:
