@@ -237,9 +237,8 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
 
 
 def accept_run(request: gr.Request, prompt, max_new_tokens, gamma, window, ngram, branches, *rest) -> list:
-    """Run pressed, its inputs accepted (the validator's refusal changes nothing): the race is armed, Replay goes
-    off now, not at the race's first frame a queue away (a Replay then would stop the race), and the legend names
-    what this race can show."""
+    """Run pressed, inputs accepted (a refusal changes nothing): the race is armed, Replay goes off now, not at the
+    race's first frame a queue away (a Replay then would stop it), and the legend names what it can show."""
     knobs = {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}
     return [SESSIONS.arm(request), gr.update(interactive=False), legend_html({**pair_settings(LOADER.engine), **knobs})]
 
@@ -344,8 +343,10 @@ with gr.Blocks(title="Ouroboros race") as demo:
                    warm]
     after_race = [step_slider, inspector, replay_button, race_status]
     armed = gr.State(None)  # Sessions.arm's number for the click's race. Every link "multiple": a Run is a new race
+    # The click checks the inputs once the pair is ready (before, its loading ticks would wipe a message: the race
+    # checks them then).
     run.click(accept_run, race_inputs + [raw_text], [armed, replay_button, legend], concurrency_limit=None,
-              api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
+              api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine, wait=True),
               trigger_mode="multiple", show_progress="hidden").success(
         await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden",
         trigger_mode="multiple").success(

@@ -133,3 +133,15 @@ def test_the_validator_measures_the_prompt_in_the_pair_its_loader_returns():
     assert over[0]["message"].startswith("Prompt is 49 tokens; with 16 new tokens the model's 64-token context")
     not_loaded = asyncio.run(race_validator(LIMITS)("x" * 49, 16, 4, 0, 6, 1, 0.0, 1.0, 0))
     assert [mark["is_valid"] for mark in not_loaded] == [True] * 9
+
+
+def test_the_clicks_validator_waits_for_the_pair():
+    """Run's first step checks once the pair is loaded: before, the page's loading ticks resend the prompt and the
+    token count every half second, and each answer wipes a message beside them; the race's own step checks then."""
+    pair = None
+    waiting = race_validator(LIMITS, lambda: pair, wait=True)
+    assert [mark["is_valid"] for mark in asyncio.run(waiting("   ", 0, 4, 0, 6, 1, 0.0, 1.0, 0))] == [True] * 9
+    pair = Pair()
+    marks = asyncio.run(waiting("   ", 0, 4, 0, 6, 1, 0.0, 1.0, 0))
+    assert [mark["is_valid"] for mark in marks] == [False, False] + [True] * 7
+    assert marks[1]["message"] == "Max new tokens must be a whole number from 1 to 512, got 0."

@@ -194,11 +194,15 @@ def validate_race(limits: Limits, prompt, max_new_tokens, gamma, window, ngram, 
     return [gr.validate(problem is None, problem or "") for problem in problems]
 
 
-def race_validator(limits: Limits, engine=lambda: None):
+def race_validator(limits: Limits, engine=lambda: None, wait: bool = False):
     """validate_race as Gradio's validator for an endpoint (engine: returns the loaded pair or None). Async on
     purpose: Gradio checks the queue's size, awaits the validator, then queues the call; an async validator runs
     on the event loop with no pause between those, so a burst cannot overfill the queue (a plain function runs
-    in a worker thread, and every call of a burst passes the size check before any is queued)."""
+    in a worker thread, and every call of a burst passes the size check before any is queued). wait: while no
+    pair is loaded, every input passes (for a later step's validator to check once it is)."""
     async def validate(*inputs):
-        return validate_race(limits, *inputs, engine=engine())
+        pair = engine()
+        if wait and pair is None:
+            return [gr.validate(True, "")] * len(inputs)
+        return validate_race(limits, *inputs, engine=pair)
     return validate
