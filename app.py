@@ -291,7 +291,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
             room = gr.HTML(elem_id="prompt-room")  # its length in tokens against what the model can read
         with gr.Column(scale=1, min_width=260):
             max_new = gr.Slider(1, MAX_NEW_TOKENS, value=min(EXAMPLES[0]["max_new_tokens"], MAX_NEW_TOKENS), step=1,
-                                label="Max new tokens")
+                                label="Max new tokens", elem_id="max-new")
             speculative_lane = gr.Checkbox(False, label="Add a classic speculative decoding lane")
             colour = gr.Checkbox(True, label="Colour tokens by how they came")
             warm = gr.Checkbox(True, label="Keep my phrase pool warm (this session only)")
@@ -344,14 +344,14 @@ with gr.Blocks(title="Ouroboros race") as demo:
     after_race = [step_slider, inspector, replay_button, race_status]
     armed = gr.State(None)  # Sessions.arm's number for the click's race. Every link "multiple": a Run is a new race
     # The click checks the inputs once the pair is ready (before, its loading ticks would wipe a message: the race
-    # checks them then).
+    # checks them then); preprocess=False, here and in the race: a typed 0 meets the app's sentence.
     run.click(accept_run, race_inputs + [raw_text], [armed, replay_button, legend], concurrency_limit=None,
               api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine, wait=True),
-              trigger_mode="multiple", show_progress="hidden").success(
+              preprocess=False, trigger_mode="multiple", show_progress="hidden").success(
         await_pair, None, badge, concurrency_limit=None, api_visibility="private", show_progress="hidden",
         trigger_mode="multiple").success(
         race_ui, race_inputs + [armed, raw_text], outputs + after_race, concurrency_id="device", concurrency_limit=1,
-        api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine),
+        api_visibility="private", validator=race_validator(LIMITS, lambda: LOADER.engine), preprocess=False,
         trigger_mode="multiple", show_progress_on=[race_status], show_progress="minimal").then(
         race_over, None, [race_status, replay_button], concurrency_limit=None, api_visibility="private",
         show_progress="hidden", trigger_mode="multiple")  # also after an error the race raised

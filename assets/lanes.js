@@ -64,6 +64,17 @@
     if (event.target.closest('#run, #replay, #replay-again')) showRace();
   }, true);
 
+  // A number typed in a slider's box stands as typed. Gradio's slider pulls it into range when the box loses
+  // focus, as it does when Run is pressed, so 0 raced 1 token and 9999 raced 512 without a word; kept, Run sends
+  // it and the page refuses it with the API's own sentence beside the slider. Stopped here, in the capture
+  // phase, the blur never reaches the slider's own listener. The inspector's step slider is left as it is: its
+  // sentence shows as soon as the value is typed, and the value is then pulled into range.
+  const SLIDER_BOX = 'input[type="number"][aria-label^="number input for "]';
+  document.addEventListener('blur', event => {
+    const box = event.target;
+    if (box instanceof Element && box.matches(SLIDER_BOX) && !box.closest('#step')) event.stopPropagation();
+  }, true);
+
   new MutationObserver(records => {
     const lanes = new Set();
     for (const record of records) {

@@ -1,14 +1,19 @@
 """Small faults of the page, in Chromium against the launched app: Replay is off from the moment Run is pressed
-until that race is over; the legend names only the sources a race can show."""
+until that race is over; the legend names only the sources a race can show; a token count out of range is
+refused with the API's own sentence, never clamped."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
+from gradio_client.exceptions import ValidationError
+
 from app_server import app_server  # noqa: F401  (the fixture)
 from pace import scaled
 from test_browser import (CODE_PROMPT, browser, context, finished_badge, page, set_slider, start_race,  # noqa: F401
                           sync_api)
+from test_clicks import log_length, races_logged
 
 BUSY = {"PROCESSING", "ITERATING", "PROGRESS"}  # a job that holds the device
 
@@ -48,13 +53,18 @@ def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, 
     assert page.errors == []
 
 
+def loaded(page) -> None:
+    """Until the page's load has set what depends on the pair (its knobs, its legend): while the pair loads, a
+    tick every half second sends the prompt and the token count again, which clears a message beside them."""
+    sync_api.expect(page.locator("#prompt-room")).to_contain_text("the model can read")
+
+
 def legend(page) -> str:
     return page.locator(".legend").inner_text()
 
 
 def test_the_legend_names_only_the_sources_the_race_can_show(page):
-    # The page's load sets the knobs and the legend to the pair's settings: moving a knob before would be undone.
-    sync_api.expect(page.locator("#prompt-room")).to_contain_text("the model can read")
+    loaded(page)  # the knobs and the legend at the pair's settings: a knob moved before would be set back
     # The tiny pair verifies one pool phrase per step and has no lookahead window: the pool is in play, rarely.
     sync_api.expect(page.locator(".legend")).to_contain_text("pool phrase (rare", timeout=scaled(30) * 1000)
     page.get_by_text("Ouroboros parameters").click()
@@ -65,3 +75,27 @@ def test_the_legend_names_only_the_sources_the_race_can_show(page):
     for kept in ("accepted from the draft model", "accepted by lookup", "the target's own token"):
         assert kept in legend(page), legend(page)
     assert page.errors == []  # the other settings' legends: tests/test_render.py
+
+
+def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_server):  # noqa: F811
+    client, since = app_server.client(), log_length(app_server)
+    loaded(page)
+    page.locator("#prompt textarea").fill(CODE_PROMPT)
+    box = page.get_by_label("number input for Max new tokens")
+    for typed in ("0", "-1", "513", "9999"):
+        with pytest.raises(ValidationError) as api:
+            client.predict(CODE_PROMPT, int(typed), api_name="/race")
+        sentence = f"Max new tokens must be a whole number from 1 to 512, got {typed}."
+        assert sentence in str(api.value)
+        box.fill(typed)
+        box.press("Enter")
+        page.locator("#run").click()
+        sync_api.expect(page.locator("#max-new")).to_contain_text(sentence, timeout=scaled(30) * 1000)
+        assert box.input_value() == typed  # what was typed stands, beside the sentence that refuses it
+    page.wait_for_timeout(500)
+    assert page.locator("#badge .badge").count() == 0 and races_logged(app_server, since) == []
+    set_slider(page, "Max new tokens", 8)  # a count in range runs, and the sentence goes
+    page.locator("#run").click()
+    assert "Identical outputs: 8 tokens" in finished_badge(page)
+    sync_api.expect(page.locator("#max-new")).not_to_contain_text("must be a whole number")
+    assert page.errors == []
