@@ -303,8 +303,8 @@ with gr.Blocks(title="Ouroboros race") as demo:
                 clear_button = gr.Button("Clear", elem_id="clear")
     gr.Examples([[item["prompt"], item["max_new_tokens"]] for item in EXAMPLES], inputs=[prompt, max_new],
                 example_labels=[item["label"] for item in EXAMPLES], label="Examples: what each one shows")
-    with gr.Row():
-        with gr.Accordion("Ouroboros parameters", open=False):
+    with gr.Row(elem_id="settings"):  # side by side; stacked on a phone (assets/style.css)
+        with gr.Accordion("Ouroboros parameters", open=False, elem_id="knobs"):
             gamma, window, ngram, branches = (
                 gr.Slider(low, high, value=getattr(DEFAULTS, name), step=1, label=label, info=KNOB_INFO[name])
                 for name, (low, high, label) in KNOBS.items())

@@ -1,6 +1,6 @@
 """Small faults of the page, in Chromium against the launched app: Replay is off from the moment Run is pressed
 until that race is over; the legend names only the sources a race can show; a token count out of range is
-refused with the API's own sentence, never clamped."""
+refused with the API's own sentence, never clamped; on a phone the two settings panels stack."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from gradio_client.exceptions import ValidationError
 
 from app_server import app_server  # noqa: F401  (the fixture)
 from pace import scaled
-from test_browser import (CODE_PROMPT, browser, context, finished_badge, page, set_slider, start_race,  # noqa: F401
-                          sync_api)
+from test_browser import (CODE_PROMPT, browser, context, finished_badge, open_context, open_page, page,  # noqa: F401
+                          set_slider, start_race, sync_api)
 from test_clicks import log_length, races_logged
 
 BUSY = {"PROCESSING", "ITERATING", "PROGRESS"}  # a job that holds the device
+RECT = "e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, " \
+       "right: r.right, width: r.width, height: r.height}; }"
 
 
 def hold_the_device(app_server):  # noqa: F811
@@ -99,3 +101,30 @@ def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_serv
     assert "Identical outputs: 8 tokens" in finished_badge(page)
     sync_api.expect(page.locator("#max-new")).not_to_contain_text("must be a whole number")
     assert page.errors == []
+
+
+def panels(page) -> tuple[dict, dict, dict]:
+    """Where the Ouroboros parameters, the sampling panel and the row that holds them stand."""
+    return tuple(page.locator(selector).evaluate(RECT) for selector in ("#knobs", "#sampling", "#settings"))
+
+
+@pytest.mark.parametrize("width, height", [(390, 844), (1400, 900)], ids=["phone", "laptop"])
+def test_the_settings_panels_stack_on_a_phone_and_sit_side_by_side_on_a_laptop(browser, app_server,  # noqa: F811
+                                                                               width, height):
+    sized = open_context(browser, width, height)
+    try:
+        page = open_page(sized, app_server.url)
+        knobs, sampling, row = panels(page)
+        if width < 640:  # one under the other, each the row's full width, its title on one line
+            assert sampling["top"] >= knobs["bottom"], (knobs, sampling)
+            assert min(knobs["width"], sampling["width"]) >= row["width"] - 1, (knobs, sampling, row)
+            titles = page.locator("#settings button.label-wrap span:first-child")
+            line = titles.first.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)")
+            heights = titles.evaluate_all("spans => spans.map(s => s.getBoundingClientRect().height)")
+            assert len(heights) == 2 and max(heights) < 1.5 * line, (heights, line)
+        else:  # side by side, half the row each, as before
+            assert knobs["top"] == sampling["top"] and knobs["right"] <= sampling["left"], (knobs, sampling)
+            assert abs(knobs["width"] - sampling["width"]) <= 1 and knobs["width"] > row["width"] / 2 - 20
+        assert page.errors == []
+    finally:
+        sized.close()
