@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import gradio as gr
+import torch
 
 from ouroboros_core import ConfigError, OuroborosConfig, OutputVerdict
-from ouroboros_core.cpu import set_torch_threads
+from ouroboros_core.cpu import BusyWatch
 from ouroboros_core.race import Lane, race
 from ui.chart import chart_svg
 from ui.frames import TEXT_EVERY_S, render, streamed
@@ -25,7 +26,7 @@ from ui.calibration import Calibration
 from ui.guard import (KNOBS, SAMPLING, UNEXPECTED, Limits, check_request, check_sampling, race_validator,  # noqa: F401
                       refuse, room_line, shielded)  # (UNEXPECTED: tests)
 from ui.inspect import inspector_outputs, step_view
-from ui.loading import PairLoader, load_pair, visitor_engine
+from ui.loading import PairLoader, load_pair, start_threads, visitor_engine
 from ui.page import EXAMPLES, KNOB_INFO, PROMPT_LABEL, pair_description, pair_settings
 from ui.render import LANE_TITLES, TIMING_NOTE, api_result, legend_html, prompt_tail, race_log_line, sampling_line
 from ui.replay import CHOICES, replay, speed_for
@@ -43,6 +44,7 @@ log = logging.getLogger("ouroboros.app")
 
 SESSIONS = Sessions()
 CALIBRATION = Calibration()  # step costs from the warm-up and finished races: what a race's "expected" uses
+WATCH = BusyWatch(1, torch.set_num_threads, log=log.info)  # torch's thread count: main() sizes it, the warm-up fits it
 
 try:  # every Space installs `spaces`; only a ZeroGPU one says so in its config
     import spaces
@@ -59,7 +61,7 @@ def on_gpu(fn):
 
 DEVICE = DeviceThread(inline=ZERO_GPU)
 LOADER = PairLoader(functools.partial(load_pair, warm_up=not ZERO_GPU, check_memory=not ZERO_GPU,
-                                      calibration=CALIBRATION), DEVICE.submit)
+                                      calibration=CALIBRATION, watch=WATCH), DEVICE.submit)
 
 
 def get_engine():
@@ -80,7 +82,7 @@ def run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling, ra
     engine = engine_for_visitor()
     per_method = {method: {**sampling, **(options if method == "ouroboros" else {})} for method in methods}
     try:
-        updates = race(engine, prompt, methods, max_new_tokens, per_method, stop, pools, raw=bool(raw))
+        updates = race(engine, prompt, methods, max_new_tokens, per_method, stop, pools, raw=bool(raw), watch=WATCH)
         # race() is a generator: the engine validates the request on its first step, so take it here.
         first = DEVICE.call(next, updates)
     except ConfigError as err:
@@ -139,11 +141,14 @@ def race_ui(prompt, max_new_tokens, gamma, window, ngram, branches, temperature,
         # At once, before the first step: the lanes open on the prompt's last line, with the racing line.
         yield render({method: Lane(method) for method in methods}, colour, False, context=context) + inspector_outputs(
             None) + [RUNNING]
+        mark = WATCH.busy_windows  # whether this race meets a busy machine
         updates = Latest(run_race(prompt, max_new_tokens, options, methods, stop, pools, sampling, raw))
         yield from streamed(updates, colour, WAITING, context)
         lanes = updates.value
         if lanes is not None:
-            final = {"verdicts": race_verdicts(prompt, lanes, sampling, raw), "costs": CALIBRATION.take(lanes),
+            busy = WATCH.busy_since(mark)
+            final = {"verdicts": race_verdicts(prompt, lanes, sampling, raw), "busy": busy,
+                     "costs": CALIBRATION.take(lanes, busy=busy is not None),
                      "sampling": sampling_line(sampling, drawn=seed is None)}
             session["race"] = (lanes, final, context)
             yield render(lanes, colour, final=final, context=context) + inspector_outputs(lanes) + [""]
@@ -215,8 +220,7 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
     prompt, max_new_tokens, options = check_request(
         prompt, max_new_tokens, {"gamma": gamma, "window": window, "ngram": ngram, "branches": branches}, LIMITS)
     sampling = check_sampling(temperature, top_p, seed)
-    lanes = None
-    last = 0.0
+    lanes, last, mark = None, 0.0, WATCH.busy_windows
     try:
         for lanes in run_race(prompt, max_new_tokens, options, ["vanilla", "ouroboros"], None, {}, sampling, raw):
             now = time.perf_counter()
@@ -227,7 +231,7 @@ def race_api(prompt: str, max_new_tokens: int = 128, gamma: int | None = None, w
         for method, lane in lanes.items():  # the engine's step events, as the CLI's --events prints them
             final[method]["steps"] = [event.to_dict() for event in lane.events]
         verdict = race_verdicts(prompt, lanes, sampling, raw).get("ouroboros")
-        CALIBRATION.add(lanes)
+        CALIBRATION.add(lanes, busy=WATCH.busy_since(mark) is not None)
         final["ouroboros"]["verdict"] = verdict.to_dict() if verdict else None
         for lane in final.values():
             lane["sampling"] = sampling or None
@@ -380,11 +384,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:  # the container's CPU quota, not the host's cores, before the device thread's first torch op
-        log.info("torch threads: %s", set_torch_threads())
-    except ConfigError as err:  # a typo in a Space variable should not take the page down
-        log.error("%s; ignoring it", err)
-        log.info("torch threads: %s", set_torch_threads({}))
+    start_threads(WATCH)
     # The page is served at once; the pair loads behind it, and the page and the log say how far it got.
     LOADER.start()
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)

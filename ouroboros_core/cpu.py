@@ -199,13 +199,16 @@ def thread_candidates(ceiling: int) -> list[int]:
 
 def fastest_threads(run, ceiling: int, set_threads, clock=time.perf_counter, rounds: int = 2) -> tuple[int, dict]:
     """The thread count from 1 to `ceiling` at which `run()` (a short decode of the loaded pair) takes least
-    time, each count timed `rounds` times in turn and its median kept; a count within 5% of a faster one with
-    fewer threads loses to it (fewer threads stall less when the machine gets busy). Returns (count,
-    {count: seconds}) with the count set."""
+    time, each count timed `rounds` times in turn and its median kept (one more than twice as slow as the
+    fastest is timed once); a count within 5% of a faster one with fewer threads loses to it (fewer threads
+    stall less when the machine gets busy). Returns (count, {count: seconds}) with the count set."""
     counts = thread_candidates(ceiling)
     times: dict[int, list[float]] = {count: [] for count in counts}
-    for _ in range(rounds):
+    for round_ in range(rounds):
+        fastest = min((seen[0] for seen in times.values() if seen), default=None)
         for count in counts:
+            if round_ and times[count][0] > 2 * fastest:
+                continue  # twice as slow as another count already: timing it again only delays the start
             set_threads(count)
             started = clock()
             run()
@@ -265,6 +268,12 @@ class BusyWatch:
         if self.threads > 1 and not self.fixed:
             self._switch(1, f"busy: its {self.threads} threads got {self.last_share:.0%} of their CPU time")
             self._fell_at = self.clock()
+
+    def reset(self, chosen: int, fixed: bool = False) -> None:
+        """Start again from `chosen` threads (the ceiling `fit` measures up to), as __init__ does."""
+        self.chosen = self.threads = chosen
+        self.fixed = fixed
+        self._fell_at = None
 
     def busy_since(self, windows: int) -> float | None:
         """The CPU share of the latest starved window if any window since `windows` (an earlier

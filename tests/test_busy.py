@@ -99,6 +99,17 @@ def test_the_fastest_count_is_kept_and_ties_go_to_fewer_threads(times, expected)
     assert medians == pytest.approx(times)
 
 
+def test_a_count_twice_as_slow_is_timed_once():
+    machine, runs = Machine(), []
+
+    def run():
+        runs.append(machine.threads)
+        machine.now += {1: 1.0, 2: 3.0}[machine.threads]
+
+    assert fastest_threads(run, 2, machine.set_threads, clock=lambda: machine.now, rounds=3)[0] == 1
+    assert runs == [1, 2, 1, 1]
+
+
 def test_fit_logs_the_measured_times_and_keeps_the_choice():
     machine, watch, _ = watched(chosen=2)
     line = watch.fit(lambda: setattr(machine, "now", machine.now + (0.5 if machine.threads == 1 else 0.3)))

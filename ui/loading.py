@@ -3,6 +3,7 @@ page and the log, and one sentence saying what to set when it fails. The server 
 
 from __future__ import annotations
 
+import functools
 import html
 import logging
 import os
@@ -34,9 +35,10 @@ WARM_UP_PROMPT = 'def greet(name):\n    """Say hello to name."""\n'
 WARM_UP_REQUEST = "Write a Python function that says hello to a name."
 
 
-def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True, calibration=None):
+def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True, calibration=None, watch=None):
     """Load the pair the host chose and warm it up (not on ZeroGPU, where the first race, inside its GPU
-    function, warms up instead, and where nothing may touch the device to check its memory). With a
+    function, warms up instead, and where nothing may touch the device to check its memory). With a `watch`
+    (ouroboros_core.cpu.BusyWatch) on a CPU, short races at each thread count pick the fastest. With a
     `calibration` (ui.calibration.Calibration), a short race of vanilla and Ouroboros after the warm-up gives it the
     first step costs, so the first visitor's race already has an expected speedup measured apart from it."""
     from ouroboros_core import load_engine
@@ -49,12 +51,39 @@ def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True, c
         report(LoadStage("warm up", "Warming up (one short race)"))
         engine.generate(WARM_UP_REQUEST if engine.chat else "def warm_up():\n", "ouroboros", 8)  # allocations, kernels
         prompt = WARM_UP_REQUEST if engine.chat else WARM_UP_PROMPT
+        if watch is not None and engine.target.device.type == "cpu":
+            report(LoadStage("warm up", "Timing a short race at each thread count"))
+            log.info(watch.fit(functools.partial(short_race, engine, prompt)))
         if calibration is not None:
             lanes = None
-            for lanes in race(engine, prompt, ["vanilla", "ouroboros"], 16):
+            mark = watch.busy_windows if watch is not None else 0
+            for lanes in race(engine, prompt, ["vanilla", "ouroboros"], 16, watch=watch):
                 pass
-            calibration.add(lanes)
+            calibration.add(lanes, busy=watch is not None and watch.busy_since(mark) is not None)
     return engine
+
+
+def start_threads(watch) -> None:
+    """Size torch's threads to the CPU this container may use (cpu.set_torch_threads: the cgroup quota, not the
+    host's cores) before the device thread's first torch op, and make that the ceiling `watch` fits the count
+    under once the pair is loaded; OUROBOROS_THREADS fixes the count. A bad OUROBOROS_THREADS (a typo in a
+    Space's variables) is logged and ignored rather than taking the page down."""
+    from ouroboros_core.config import ConfigError
+    from ouroboros_core.cpu import ENV_VAR, set_torch_threads
+
+    try:
+        choice = set_torch_threads()
+    except ConfigError as err:
+        log.error("%s; ignoring it", err)
+        choice = set_torch_threads({})
+    log.info("torch threads: %s%s", choice, "" if choice.source == ENV_VAR else ", the most the race will try")
+    watch.reset(choice.count, fixed=choice.source == ENV_VAR)
+
+
+def short_race(engine, prompt: str) -> None:
+    """Both lanes of an 8-token race, one after the other: what a thread count is timed on."""
+    for method in ("ouroboros", "vanilla"):
+        engine.generate(prompt, method, 8)
 
 
 def visitor_engine(get_engine):
