@@ -16,8 +16,10 @@ from test_browser import (CODE_PROMPT, browser, context, finished_badge, open_co
 from test_clicks import log_length, races_logged
 
 BUSY = {"PROCESSING", "ITERATING", "PROGRESS"}  # a job that holds the device
-RECT = "e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, " \
-       "right: r.right, width: r.width, height: r.height}; }"
+# Where the Ouroboros parameters, the sampling panel and the row that holds them stand, read in one go.
+PANELS = """() => ['#knobs', '#sampling', '#settings'].map(selector => {
+  const r = document.querySelector(selector).getBoundingClientRect();
+  return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: r.width}; })"""
 
 
 def hold_the_device(app_server):  # noqa: F811
@@ -103,18 +105,14 @@ def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_serv
     assert page.errors == []
 
 
-def panels(page) -> tuple[dict, dict, dict]:
-    """Where the Ouroboros parameters, the sampling panel and the row that holds them stand."""
-    return tuple(page.locator(selector).evaluate(RECT) for selector in ("#knobs", "#sampling", "#settings"))
-
-
 @pytest.mark.parametrize("width, height", [(390, 844), (1400, 900)], ids=["phone", "laptop"])
 def test_the_settings_panels_stack_on_a_phone_and_sit_side_by_side_on_a_laptop(browser, app_server,  # noqa: F811
                                                                                width, height):
     sized = open_context(browser, width, height)
     try:
         page = open_page(sized, app_server.url)
-        knobs, sampling, row = panels(page)
+        loaded(page)  # the page drawn in full (a scrollbar that comes later narrows everything)
+        knobs, sampling, row = page.evaluate(PANELS)
         if width < 640:  # one under the other, each the row's full width, its title on one line
             assert sampling["top"] >= knobs["bottom"], (knobs, sampling)
             assert min(knobs["width"], sampling["width"]) >= row["width"] - 1, (knobs, sampling, row)
@@ -123,7 +121,7 @@ def test_the_settings_panels_stack_on_a_phone_and_sit_side_by_side_on_a_laptop(b
             heights = titles.evaluate_all("spans => spans.map(s => s.getBoundingClientRect().height)")
             assert len(heights) == 2 and max(heights) < 1.5 * line, (heights, line)
         else:  # side by side, half the row each, as before
-            assert knobs["top"] == sampling["top"] and knobs["right"] <= sampling["left"], (knobs, sampling)
+            assert abs(knobs["top"] - sampling["top"]) <= 1 and knobs["right"] <= sampling["left"], (knobs, sampling)
             assert abs(knobs["width"] - sampling["width"]) <= 1 and knobs["width"] > row["width"] / 2 - 20
         assert page.errors == []
     finally:
