@@ -2,10 +2,13 @@
 
     python3 -m ouroboros_core.tools.race_ratio --max-new-tokens 32,128 --rounds 3 --out race.json
     python3 -m ouroboros_core.tools.race_ratio --url http://127.0.0.1:7860/          # an app already running
+    python3 -m ouroboros_core.tools.race_ratio --neighbour --rounds 3 --max-new-tokens 128  # quiet, then busy
 
 Each race's lanes report their own compute seconds (the race interleaves them on one device); printed per
 length and round: the total ratio, the median of per-prompt ratios, and how many races wrote identical tokens.
-Compare with the benchmark's Ouroboros over its vanilla.
+Compare with the benchmark's Ouroboros over its vanilla. With --neighbour every round runs twice: on the quiet
+machine, then beside another torch job with its default threads (a loop of matrix products), as a laptop's
+browser or a Space's neighbours load the machine while a visitor watches.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
-from .bench import humaneval_prompts
+from .bench import heldout_chat_requests, humaneval_prompts
 from .soak import client, start_app
 
 
@@ -33,6 +37,30 @@ def measure(url: str, prompts: list[str], max_new_tokens: int) -> dict:
             "identical": identical, "races": len(prompts)}
 
 
+NEIGHBOUR = "import torch\na = torch.randn(1024, 1024)\nwhile True:\n    a @ a\n"
+
+
+def rounds(url: str, prompts: list[str], lengths: list[int], count: int, neighbour: bool) -> dict:
+    """Each round, each length: quiet, then (with `neighbour`) with the neighbour running."""
+    report = {}
+    for round_index in range(count):
+        for n in lengths:
+            for busy in (False, True) if neighbour else (False,):
+                job = subprocess.Popen([sys.executable, "-c", NEIGHBOUR]) if busy else None
+                try:
+                    figures = measure(url, prompts, n)
+                finally:
+                    if job is not None:
+                        job.kill()
+                        job.wait()
+                key = f"{n} busy" if busy else str(n)
+                report.setdefault(key, []).append(figures)
+                print(f"{key} tokens, round {round_index + 1}: Ouroboros/vanilla {figures['total']}x in total, "
+                      f"{figures['median']}x median per prompt, {figures['identical']}/{figures['races']} identical",
+                      flush=True)
+    return report
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", help="an app already running (default: start app.py on a free loopback port)")
@@ -40,22 +68,19 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--neighbour", action="store_true", help="also race beside another torch job")
+    parser.add_argument("--chat", action="store_true",
+                        help="the held-out chat requests (bench --requests) instead of HumanEval, for a chat pair")
     args = parser.parse_args(argv)
     lengths = [int(n) for n in args.max_new_tokens.split(",")]
-    prompts = [item["prompt"] for item in humaneval_prompts(args.limit)]
+    items = heldout_chat_requests(args.limit) if args.chat else humaneval_prompts(args.limit)
+    prompts = [item["prompt"] for item in items]
     process = None
     url = args.url
     if url is None:
         process, url, _ = start_app(queue_size=16, max_new_tokens=max(lengths), timeout_s=300)
     try:
-        report = {str(n): [] for n in lengths}
-        for round_index in range(args.rounds):
-            for n in lengths:
-                figures = measure(url, prompts, n)
-                report[str(n)].append(figures)
-                print(f"{n} tokens, round {round_index + 1}: Ouroboros/vanilla {figures['total']}x in total, "
-                      f"{figures['median']}x median per prompt, {figures['identical']}/{figures['races']} identical",
-                      flush=True)
+        report = rounds(url, prompts, lengths, args.rounds, args.neighbour)
     finally:
         if process is not None:
             process.terminate()
