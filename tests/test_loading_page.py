@@ -82,7 +82,8 @@ def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, s
     # The log: one line per step, the download's counts not repeated.
     assert [stage.split(" (")[0] for stage in stages[:-1]] == [
         "Fetching ouroboros-test/demo-target from the Hub", "Fetching ouroboros-test/demo-draft from the Hub",
-        "Loading the target onto cpu in float32", "Loading the draft onto cpu in float32", "Warming up"], stages
+        "Loading the target onto cpu in float32", "Loading the draft onto cpu in float32", "Warming up",
+        "Timing a short race at each thread count"], stages
     assert stages[-1].startswith("ready in "), stages
 
 
