@@ -39,14 +39,14 @@ def measure(target: str, threads: int, past: int, repeats: int) -> dict:
     from transformers import DynamicCache
 
     from ouroboros_core import load_engine
-    from ouroboros_core.packed import unpacked
+    from ouroboros_core.packed import pack_linears, unpacked
     from ouroboros_core.tools.bench_report import provenance
 
     torch.set_num_threads(threads)
     engine = load_engine(target, device="cpu", dtype="float32")
     model = engine.target
-    if not getattr(model, "packed_linears", 0):
-        raise SystemExit("the target was not packed (not float32 on a CPU, or oneDNN's check failed)")
+    if not pack_linears(model, min_parameters=0):  # a small target too: the table says whether it would gain
+        raise SystemExit("the target cannot be packed (not float32 on a CPU, or oneDNN's check failed)")
     generator = torch.Generator().manual_seed(0)
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
