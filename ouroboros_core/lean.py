@@ -102,11 +102,12 @@ class LeanDecoder:
         # The tokens the draft may propose: its folder's draft_vocabulary.json where it has one (the loader's
         # `draft_vocabulary`), else all. Its output layer then reads those rows alone, a fraction of the bytes;
         # every other token scores -inf, a token the draft never writes (context lookup still copies any).
-        self.vocabulary = getattr(model, "draft_vocabulary", None)
         self.vocab_size = model.lm_head.weight.shape[0]
         self.head = model.lm_head.weight
-        if self.vocabulary is not None:
-            self.head = self.head[self.vocabulary.to(self.head.device)].contiguous()
+        self.vocabulary = getattr(model, "draft_vocabulary", None)
+        if self.vocabulary is not None:  # on the head's device once, not on every forward
+            self.vocabulary = self.vocabulary.to(self.head.device)
+            self.head = self.head[self.vocabulary].contiguous()
         self.layers = []
         self.narrow_rows = False  # forwards of up to NARROW_ROWS rows multiply by int8 copies of the weights
         self.narrow: dict[int, tuple] = {}  # layer index -> its int8 layers (see _narrow_layers)
@@ -224,7 +225,7 @@ class LeanDecoder:
         if self.vocabulary is None:
             return logits
         full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
-        return full.index_copy_(-1, self.vocabulary.to(logits.device), logits)
+        return full.index_copy_(-1, self.vocabulary, logits)
 
 
 def _shaped_like_llama(model) -> bool:

@@ -22,14 +22,14 @@ ROWS = (1, 2, 4, 8, 12, 16)
 def timed_forward(model, cache, past: int, rows: int, generator) -> float:
     import torch
 
+    from ouroboros_core.cache import truncate
     from ouroboros_core.verify import forward_tree
 
     tokens = torch.randint(0, model.config.vocab_size, (rows,), generator=generator).tolist()
     started = time.perf_counter()
     forward_tree(model, cache, tokens[:1], tokens[1:], [])
     seconds = time.perf_counter() - started
-    cache.crop(-rows)
-    assert cache.get_seq_length() == past
+    truncate(cache, past)
     return seconds
 
 
