@@ -17,7 +17,8 @@ from .config import OuroborosConfig, SpeculativeConfig
 from .events import Source
 from .lookup import COPY_RUN, LOOKUP_LONGEST, POOL_PHRASE, LookupTrust, context_lookup
 from .pool import PhrasePool
-from .verify import Sampler, Verdict, draft_guesses, forward_tree, walk_tree
+from .sampling import Sampler, draft_guesses
+from .verify import Verdict, forward_tree, walk_tree
 
 
 @dataclass
@@ -106,7 +107,7 @@ class Speculative(Vanilla):
         return Proposal(trunk, [Source.DRAFT] * len(trunk))
 
 
-# The chance that the target's sample is the draft's k-th keyed guess (see verify.draft_guesses): RANK_SHARE *
+# The chance that the target's sample is the draft's k-th keyed guess (see sampling.draft_guesses): RANK_SHARE *
 # softmax(keyed / spread)[k] over the draft's 8 best keyed scores, spread = 0.95 * (0.8 / temperature) ** 0.9 in
 # keyed units. Fitted on the embedded pair's distilled draft (12 HumanEval and 12 held-out prompts, 6,144 positions
 # at temperatures 0.8 and 0.3; binned calibration error of the first and second guesses): first guess 0.685
@@ -316,7 +317,7 @@ class Ouroboros(Vanilla):
         device. Returns (first_p, [(token, chance)], [(token, chance)] per later row).
 
         Greedy: the draft's own probabilities (scores: its logits). Sampled (scores: its best keyed scores, best
-        first; ids: their token ids; see verify.position_noise): guess_chances, fitted to the embedded pair.
+        first; ids: their token ids; see sampling.position_noise): guess_chances, fitted to the embedded pair.
         Either only steers how far to draft and which branches to add, never what is accepted."""
         cfg = self.config
         trims = cfg.lookup and cfg.lookup_above > 0 and not self.sampler.greedy

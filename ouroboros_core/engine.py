@@ -17,7 +17,8 @@ from .lean import lean_draft
 from .packed import pack_linears
 from .pool import PhrasePool
 from .verdict import OutputVerdict, output_verdict
-from .verify import Sampler, Verdict, forward_tree, input_device, row_positions, walk_tree
+from .sampling import Sampler
+from .verify import Verdict, forward_tree, input_device, row_positions, walk_tree
 
 if TYPE_CHECKING:
     from transformers import DynamicCache

@@ -5,7 +5,7 @@ either token is the target's sample at that position's noise), or mismatch (a bu
 In 16-bit floats a forward over many tokens rounds differently from a forward over one. Greedy: where the
 target's two best tokens score the same, or one rounding step apart, the argmax can fall either way between a
 plain decode and a verified draft. Sampled: the sample is the token whose tempered score plus the position's
-fixed noise for it is highest (verify.position_noise); where two tokens' keyed scores lie within rounding of
+fixed noise for it is highest (sampling.position_noise); where two tokens' keyed scores lie within rounding of
 each other, either is the target's sample. The engine measures it itself with one more target forward.
 """
 
@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .verify import input_device, keyed_scores, position_noise
+from .sampling import keyed_scores, position_noise
+from .verify import input_device
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 # The check's own forward (prompt and common prefix in one pass) has a third shape, so its scores may sit one
@@ -99,7 +100,7 @@ def drawable(scores: torch.Tensor, tokens: list[int], temperature: float, top_p:
     another shape.
 
     Every score (V,) may move by TIE_STEPS rounding steps. A token is the sample where its tempered score plus
-    its noise is the highest of the nucleus (verify.keyed_scores): it could be where, rounded up, it reaches
+    its noise is the highest of the nucleus (sampling.keyed_scores): it could be where, rounded up, it reaches
     the highest that any token the nucleus keeps in every rounding has rounded down; a token the nucleus keeps
     only in some roundings counts. Never in float32, whose rounding is far below any real gap."""
     if dtype not in SIXTEEN_BIT:

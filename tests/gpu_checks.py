@@ -11,7 +11,7 @@ import torch
 
 from conftest import check_margin, token_margins
 from ouroboros_core.verdict import SIXTEEN_BIT, TIE_STEPS, rounding_step
-from ouroboros_core.verify import noise_bits, position_noise, tensor_noise_bits
+from ouroboros_core.sampling import noise_bits, position_noise, tensor_noise_bits
 
 Place = tuple[torch.device, torch.dtype]
 

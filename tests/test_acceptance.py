@@ -22,7 +22,7 @@ from engine_checks import PROMPTS, REPETITIVE_PROMPTS, check_events
 from ouroboros_core import DoneEvent, Engine, Result, StepEvent, load_engine
 from ouroboros_core.cache import cache_length
 from ouroboros_core.packed import unpacked
-from ouroboros_core.verify import position_noise
+from ouroboros_core.sampling import position_noise
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 METHODS = ("vanilla", "speculative", "ouroboros")

@@ -93,7 +93,7 @@ def test_the_drafts_estimated_chances_match_how_often_its_guesses_are_the_target
     sample. Over the target's own samples (teacher-forced), the mean estimate for the first and second guesses
     lies close to how often each was right, and the first guess is right more often than not."""
     from ouroboros_core.drafters import guess_chances
-    from ouroboros_core.verify import draft_guesses
+    from ouroboros_core.sampling import draft_guesses
 
     predicted, right, positions = [0.0, 0.0], [0, 0], 0
     for seed, prompt in enumerate(PROMPTS[:3]):

@@ -138,7 +138,7 @@ def sampled_drafter(models, trunk, stands, choices_at, **options):
     `choices_at` (trunk position -> its other best keyed guesses there), sampled as the target would."""
     from ouroboros_core.config import OuroborosConfig
     from ouroboros_core.drafters import Ouroboros
-    from ouroboros_core.verify import Sampler
+    from ouroboros_core.sampling import Sampler
 
     drafter = Ouroboros(models.draft("llama", "noisy"), OuroborosConfig(**options), PhrasePool(8, 1000),
                         sampler=Sampler(0.8, 0.95, 1))
@@ -155,7 +155,7 @@ def test_sampled_copy_that_parts_from_the_trunk_on_a_token_the_draft_does_not_gu
     """A context-lookup copy hangs where it parts from the draft's trunk; sampled, one whose token there is not
     among the draft's best keyed guesses at that position is not verified at all, one whose token is keeps its
     length. A copy after the whole trunk is not judged so. Greedy, every copy is verified."""
-    from ouroboros_core.verify import Sampler
+    from ouroboros_core.sampling import Sampler
 
     committed = [1, 2, 5, 9, 10, 11, 3, 1, 2]  # the text's last [1, 2] was followed by 5, 9, 10, 11 ...
     options = {"lookup": 4, "branches": 0, "gamma": 1}

@@ -11,7 +11,7 @@ import torch
 from ouroboros_core import load_engine
 from ouroboros_core.tools.bench import humaneval_prompts
 from ouroboros_core.verdict import drawable, explain, nucleus_bounds, output_verdict, rounding_step, rounding_steps
-from ouroboros_core.verify import keyed_scores, position_noise
+from ouroboros_core.sampling import keyed_scores, position_noise
 from ui.render import badge_html
 
 SAMPLING = {"temperature": 0.8, "top_p": 0.95}

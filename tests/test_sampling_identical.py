@@ -13,9 +13,10 @@ import torch
 
 from gpu_checks import assert_noise_as_on_the_cpu
 from ouroboros_core import load_engine
-from ouroboros_core import verify
-from ouroboros_core.verify import (Sampler, keyed_scores, noise_bits, nucleus, position_key, position_noise,
-                                   row_positions, tensor_noise_bits)
+from ouroboros_core import sampling
+from ouroboros_core.sampling import (Sampler, keyed_scores, noise_bits, nucleus, position_key, position_noise,
+                                     tensor_noise_bits)
+from ouroboros_core.verify import row_positions
 
 PROMPTS = ["def fizzbuzz(n):\n",
            'def sort_by_length(words):\n    """Return the words sorted by length, shortest first."""\n',
@@ -48,7 +49,7 @@ def splitmix64(state: int):
 
 
 def reference_key(seed: int, position: int) -> int:
-    """A position's key as verify.position_key derives it: the mix of seed * GAMMA + (position + 1) times the
+    """A position's key as sampling.position_key derives it: the mix of seed * GAMMA + (position + 1) times the
     mix's first multiplier, modulo 2^64."""
     return splitmix64_mix((seed * GAMMA + (position + 1) * 0xBF58476D1CE4E5B9) & MASK)
 
@@ -148,7 +149,7 @@ def test_keyed_scores_of_the_top_tokens_equal_those_of_the_whole_vocabulary(monk
     logits = torch.randn(40, 4096) * torch.linspace(0.3, 6, 40)[:, None]  # flat rows (long nuclei) to sharp ones
     positions = list(range(100, 140))
     fast = keyed_scores(logits, 0.8, 0.95, 7, positions)
-    monkeypatch.setattr(verify, "NUCLEUS_TIERS", ())  # every row ranked over the whole vocabulary
+    monkeypatch.setattr(sampling, "NUCLEUS_TIERS", ())  # every row ranked over the whole vocabulary
     whole = keyed_scores(logits, 0.8, 0.95, 7, positions)
     assert torch.equal(fast, whole)
     kept = nucleus(torch.softmax(logits.double() / 0.8, dim=-1), 0.95) > 0
@@ -232,13 +233,13 @@ def test_a_randomness_stream_per_request_would_part_the_lanes(engine, monkeypatc
 def sampled_rows(monkeypatch) -> list[int]:
     """The number of rows of each keyed_scores call from here on (each call samples a group of rows)."""
     rows = []
-    keyed = verify.keyed_scores
+    keyed = sampling.keyed_scores
 
     def counting(logits, *args):
         rows.append(len(logits))
         return keyed(logits, *args)
 
-    monkeypatch.setattr(verify, "keyed_scores", counting)
+    monkeypatch.setattr(sampling, "keyed_scores", counting)
     return rows
 
 
