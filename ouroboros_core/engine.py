@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import torch
 
+from .attention import use_tree_attention
 from .cache import cache_length, keep_span, new_cache, truncate
 from .config import ConfigError, OuroborosConfig, build_configs, check_int
 from .drafters import Ouroboros, Proposal, Speculative, Vanilla
@@ -154,6 +155,7 @@ class Engine:
         """defaults: per method, options used where a request gives none (a preset's settings for this device)."""
         self.target = target.eval()
         pack_linears(self.target)  # a float32 target on a CPU: its few-row forwards through packed weights
+        use_tree_attention(self.target)  # on a CPU, a tree's rows read the key/value heads uncopied
         self.draft = draft.eval() if draft is not None else None
         self.tokenizer = tokenizer
         self.name = name

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from . import attention
+
 # Smaller models are left as they are: their weights stay in the CPU's caches, where torch's own products for
 # a few rows are already cheap and the packed ones cost more (the embedded 7M-parameter target: 16.6 against
 # 13.8 ms for one row, 25.3 against 19.3 for eight; tools.forward_costs, 1 thread).
@@ -121,14 +123,20 @@ def pack_linears(model, min_parameters: int = MIN_PARAMETERS) -> int:
 
 @contextmanager
 def unpacked(model):
-    """The model with its own nn.Linear layers back for the duration (stock transformers, as a user has it:
-    the benchmark's transformers rows and the lossless tests' reference run so)."""
+    """The model with its own nn.Linear layers and transformers' own attention back for the duration (stock
+    transformers, as a user has it: the benchmark's transformers rows and the lossless tests' reference run
+    so)."""
     swapped = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if isinstance(child, PackedLinear)]
     for parent, name, child in swapped:
         setattr(parent, name, child.original)
+    tree = getattr(model.config, "_attn_implementation", None) == attention.NAME
+    if tree:
+        model.set_attn_implementation("sdpa")
     try:
         yield model
     finally:
         for parent, name, child in swapped:
             setattr(parent, name, child)
+        if tree:
+            model.set_attn_implementation(attention.NAME)
