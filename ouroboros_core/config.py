@@ -1,9 +1,14 @@
-"""Frozen configs for each method's knobs, validated once at the boundary."""
+"""Frozen configs for each method's knobs, validated once at the boundary.
+
+Each knob is defined once, as its config's field (`knob`): its default, the range the engine
+accepts, its CLI help and, for the few a visitor may set, the page's range, label and one-line
+explanation. The CLI's flags, the page's sliders and every request's checks read them (`knobs`).
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 METHODS = ("vanilla", "speculative", "ouroboros")
 
@@ -28,8 +33,60 @@ def check_float(name: str, value, low: float, high: float, *, low_open: bool = F
 
 
 @dataclass(frozen=True)
+class OnPage:
+    """Where a visitor may set a knob: the page's range (narrower than the engine's; /race refuses
+    outside it too), the slider's label, which the page's refusals name the knob by, and the line
+    under the slider."""
+    low: int
+    high: int
+    label: str
+    info: str
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob, as its config field declares it (`knob`)."""
+    name: str
+    default: int | float | bool
+    low: float | None  # the range the engine accepts (None for a switch: true or false)
+    high: float | None
+    cli: str | None  # its --flag's help; None: no flag (or another method's knob gives the flag)
+    page: OnPage | None  # None: neither on the page nor in /race
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value) -> None:
+        if isinstance(self.default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{self.name} must be true or false, got {value!r}")
+        elif isinstance(self.default, int):
+            check_int(self.name, value, self.low, self.high)
+        else:
+            check_float(self.name, value, self.low, self.high)
+
+
+def knob(default, low=None, high=None, *, cli: str | None = None, page: OnPage | None = None):
+    """A config field that is a knob: its default, the engine's range [low, high], its CLI flag's
+    help and, where a visitor may set it, its place on the page."""
+    return field(default=default, metadata={"knob": (low, high, cli, page)})
+
+
+def knobs(config_type) -> dict[str, Knob]:
+    """A config's knobs by name, in the order its fields declare them."""
+    return {f.name: Knob(f.name, f.default, *f.metadata["knob"])
+            for f in fields(config_type) if "knob" in f.metadata}
+
+
+def check_knobs(config) -> None:
+    for name, setting in knobs(type(config)).items():
+        setting.check(getattr(config, name))
+
+
+@dataclass(frozen=True)
 class SamplingConfig:
-    temperature: float = 0.0  # 0 means greedy; above 0 the target samples and drafts must match its samples
+    temperature: float = 0.0  # 0 means greedy; above 0 the target samples, drafts must match it
     top_p: float = 1.0  # nucleus mass kept when sampling
     seed: int | None = None  # makes a sampled run reproducible
 
@@ -46,63 +103,79 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
-    gamma: int = 4  # draft tokens proposed one at a time before each target verification
+    # Draft tokens proposed one at a time before each target verification (set by --gamma too).
+    gamma: int = knob(4, 1, 64)
 
     def __post_init__(self):
-        _validate_ints(self)
+        check_knobs(self)
 
 
 @dataclass(frozen=True)
 class OuroborosConfig:
-    # Defaults: the best of `python -m ouroboros_core bench --sweep` for the embedded pair on a 2-core CPU.
-    gamma: int = 1  # draft at least this many tokens (phrase by phrase) before the target verifies
-    window: int = 0  # W: lookahead columns refined in each draft forward (0: none)
-    ngram: int = 6  # N: each column yields a phrase of N-1 tokens after a key token
-    guess_set: int = 8  # G: phrases kept per key token in the pool (independent of W)
-    branches: int = 1  # k: pool phrases appended as branches to the target's verification
-    draft_candidates: int = 2  # pool phrases the draft verifies inside its own forward
-    pool_size: int = 50_000  # global bound on phrases held by the pool
-    prompt_lookup: bool = True  # also pool the phrases of the prompt and of the text so far
-    max_trunk: int = 6  # past gamma, the draft goes on while sure of its latest token, up to this many tokens
-    extend_above: float = 0.4  # sure: its probability for that token is above this (1.0: never)
-    extend_chance: float = 0.16  # sampled, sure instead: the estimated chance that the whole trunk so far is the
-    #                              target's sample is above this times the tokens a step committed lately
-    second_above: float = 0.1  # the draft's next choices (up to 3) whose chance of standing is above this are
-    #                            verified too, as branches in place of its first, with its guess after each
-    #                            where that is likely enough too (1.0: never)
-    lookup: int = 12  # L: one more branch, up to L tokens that followed the earlier occurrence matching most of
-    #                   the text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases
-    lookup_above: float = 0.05  # sampled, the lookup branch (and a pool phrase) ends before the first token whose
-    #                             estimated chance of standing (how far this request's copies, or pool phrases,
-    #                             stood, and how likely the target reaches it) is at most this; a copy parting from
-    #                             the trunk on a token outside the draft's 8 best guesses is left out (0: none of
-    #                             this, always L tokens; greedy always keeps L)
+    # Defaults: the best of `python -m ouroboros_core bench --sweep` for the embedded pair on a
+    # 2-core CPU. Each knob: its default, the engine's range, its CLI help, its place on the page.
+
+    # Draft at least this many tokens (phrase by phrase) before the target verifies.
+    gamma: int = knob(
+        1, 1, 64, cli="minimum draft length per target forward",
+        page=OnPage(1, 16, "gamma (minimum draft length)",
+                    "draft at least this many tokens before the target checks them"))
+    # W: lookahead columns refined in each draft forward (0: none).
+    window: int = knob(
+        0, 0, 64, cli="Ouroboros lookahead window columns W",
+        page=OnPage(0, 32, "window W (lookahead columns)",
+                    "lookahead columns the draft refines in each forward (0: none; cheap on a "
+                    "GPU)"))
+    # N: each column yields a phrase of N-1 tokens after a key token.
+    ngram: int = knob(
+        6, 2, 16, cli="Ouroboros n-gram size N (phrases of N-1 tokens)",
+        page=OnPage(2, 8, "n-gram size N",
+                    "phrases of N-1 tokens enter the pool, keyed on the token before them"))
+    # G: phrases kept per key token in the pool (independent of W).
+    guess_set: int = knob(8, 1, 256, cli="Ouroboros phrases kept per key token G")
+    # k: pool phrases appended as branches to the target's verification.
+    branches: int = knob(
+        1, 0, 32, cli="Ouroboros pool phrases appended as branches k",
+        page=OnPage(0, 8, "branches k",
+                    "pool phrases the target verifies beside the draft, in the same forward"))
+    # Pool phrases the draft verifies inside its own forward.
+    draft_candidates: int = knob(
+        2, 0, 32, cli="Ouroboros pool phrases the draft checks inside its own forward (0: none)")
+    pool_size: int = knob(50_000, 1, 10_000_000)  # global bound on phrases held by the pool
+    prompt_lookup: bool = knob(True)  # also pool the phrases of the prompt and of the text so far
+    # Past gamma, the draft goes on while sure of its latest token, up to this many tokens.
+    max_trunk: int = knob(6, 1, 64, cli="Ouroboros: the most draft tokens a sure draft goes on to")
+    # Sure: its probability for that token is above this (1.0: never).
+    extend_above: float = knob(
+        0.4, 0.0, 1.0,
+        cli="Ouroboros: past gamma, draft on while the latest token's probability is above this")
+    # Sampled, sure instead: the estimated chance that the whole trunk so far is the target's sample
+    # is above this times the tokens a step committed lately.
+    extend_chance: float = knob(
+        0.16, 0.0, 1.0,
+        cli="Ouroboros, sampled: draft on while the whole trunk's estimated chance is above this "
+            "times the tokens a step committed lately")
+    # The draft's next choices (up to 3) whose chance of standing is above this are verified too, as
+    # branches in place of its first, with its guess after each where that is likely enough too
+    # (1.0: never).
+    second_above: float = knob(
+        0.1, 0.0, 1.0,
+        cli="Ouroboros: verify the draft's next choices whose chance of standing is above this "
+            "(1: never)")
+    # L: one more branch, up to L tokens that followed the earlier occurrence matching most of the
+    # text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases.
+    lookup: int = knob(12, 0, 64, cli="Ouroboros context-lookup branch length L (0: none)")
+    # Sampled, the lookup branch (and a pool phrase) ends before the first token whose estimated
+    # chance of standing (how far this request's copies, or pool phrases, stood, and how likely the
+    # target reaches it) is at most this; a copy parting from the trunk on a token outside the
+    # draft's 8 best guesses is left out (0: none of this, always L tokens; greedy always keeps L).
+    lookup_above: float = knob(
+        0.05, 0.0, 1.0,
+        cli="Ouroboros, sampled: end the lookup branch and pool phrases where a token's estimated "
+            "chance of standing is at most this (0: always L tokens)")
 
     def __post_init__(self):
-        _validate_ints(self)
-        for name in ("extend_above", "extend_chance", "second_above", "lookup_above"):
-            check_float(name, getattr(self, name), 0.0, 1.0)
-        if not isinstance(self.prompt_lookup, bool):
-            raise ConfigError(f"prompt_lookup must be true or false, got {self.prompt_lookup!r}")
-
-
-RANGES = {
-    "gamma": (1, 64),
-    "window": (0, 64),
-    "ngram": (2, 16),
-    "guess_set": (1, 256),
-    "branches": (0, 32),
-    "draft_candidates": (0, 32),
-    "pool_size": (1, 10_000_000),
-    "lookup": (0, 64),
-    "max_trunk": (1, 64),
-}
-
-
-def _validate_ints(cfg) -> None:
-    for f in fields(cfg):
-        if f.name in RANGES:
-            check_int(f.name, getattr(cfg, f.name), *RANGES[f.name])
+        check_knobs(self)
 
 
 SAMPLING_OPTIONS = {f.name for f in fields(SamplingConfig)}
@@ -115,11 +188,14 @@ def check_method(method) -> str:
     return method
 
 
-def build_configs(method: str, options: dict) -> tuple[SamplingConfig, SpeculativeConfig | OuroborosConfig | None]:
-    """Map loose keyword options (from Python, the CLI or the UI) onto the method's frozen configs."""
+def build_configs(method: str, options: dict
+                  ) -> tuple[SamplingConfig, SpeculativeConfig | OuroborosConfig | None]:
+    """Map loose keyword options (from Python, the CLI or the UI) onto the method's frozen
+    configs."""
     check_method(method)
     config_type = METHOD_CONFIGS[method]
-    allowed = set(SAMPLING_OPTIONS) | ({f.name for f in fields(config_type)} if config_type else set())
+    own = {f.name for f in fields(config_type)} if config_type else set()
+    allowed = SAMPLING_OPTIONS | own
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ConfigError(f"unknown option(s) for method {method!r}: {', '.join(unknown)}; "
