@@ -1,9 +1,10 @@
-"""The app's handlers in-process: one visitor's warm phrase pool never reaches another visitor, sessions are
-bounded, Replay waits for the last Run's race, and an unexpected error reaches the visitor as a short message
-(never a traceback)."""
+"""The app's handlers in-process: one visitor's warm phrase pool never reaches another visitor,
+sessions are bounded, Replay waits for the last Run's race, and an unexpected error reaches the
+visitor as a short message (never a traceback)."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import time
@@ -13,33 +14,45 @@ import gradio as gr
 import pytest
 
 import app
-from ui.sessions import Stops
+from ui import racing
+from ui.guard import KNOBS
+from ui.sessions import Sessions, Stops
 from ouroboros_core.events import Source
 
 PROMPT = 'def count_words(text):\n    """Count the words in text."""\n'
+OUROBOROS_TEXT, OUROBOROS_STATS = app.VIEW.lanes["ouroboros"]
+
+
+def page(prompt: str = PROMPT, max_new_tokens: int = 48, warm: bool = True) -> dict:
+    """The page's inputs for Run, by name: a greedy race at the pair's own settings."""
+    return {"prompt": prompt, "max_new_tokens": max_new_tokens, "gamma": None, "window": None,
+            "ngram": None, "branches": None, "temperature": 0.0, "top_p": 1.0, "seed": None,
+            "with_speculative": False, "colour": True, "warm_pool": warm, "raw": False}
 
 
 def run(who: str, prompt: str = PROMPT, warm: bool = True, max_new_tokens: int = 48):
-    """One race from visitor `who`; returns (per-token sources of the Ouroboros lane, tokens/forward)."""
+    """One race from visitor `who`; returns (per-token sources of the Ouroboros lane,
+    tokens/forward)."""
     request = types.SimpleNamespace(session_hash=who)
     out = None
-    for out in app.race_ui(prompt, max_new_tokens, None, None, None, None, 0.0, 1.0, None, False, True, warm, request):
+    for out in app.race_ui(request, **page(prompt, max_new_tokens, warm)):
         pass
-    sources = re.findall(r'class="tok tok-(\w+)"', out[2])
-    per_forward = float(re.search(r"([\d.]+) tokens/forward", out[3]).group(1))
+    sources = re.findall(r'class="tok tok-(\w+)"', out[OUROBOROS_TEXT])
+    per_forward = float(re.search(r"([\d.]+) tokens/forward", out[OUROBOROS_STATS]).group(1))
     return sources, per_forward
 
 
 @pytest.fixture()
 def fresh_sessions(monkeypatch):
-    monkeypatch.setattr(app, "SESSIONS", app.Sessions())
-    return app.SESSIONS
+    monkeypatch.setattr(app.RACES, "sessions", Sessions())
+    return app.RACES.sessions
 
 
 def test_a_warm_pool_helps_its_own_visitor_and_never_another(fresh_sessions):
     cold = run("alice")
     warm = run("alice")
-    # Precondition: the pool kept warm across alice's requests changes how her second race is drafted.
+    # Precondition: the pool kept warm across alice's requests changes how her second race is
+    # drafted.
     assert warm != cold, "a warm pool made no difference, so this test could not see a shared one"
     assert len(fresh_sessions.get("alice")["pool"]) > 0
     # Bob's first race is exactly a cold race: nothing of alice's phrases reaches his drafts.
@@ -54,10 +67,11 @@ def test_a_visitor_who_turns_the_warm_pool_off_races_cold(fresh_sessions):
 
 
 def test_sessions_are_bounded_and_dropping_one_stops_its_race():
-    sessions = app.Sessions(capacity=3)
+    sessions = Sessions(capacity=3)
     items = {key: sessions.get(key) for key in "abcde"}
     assert len(sessions) == 3
-    assert sessions.get("a") is not items["a"], "the least recently used visitor should have fallen out"
+    assert sessions.get("a") is not items["a"], \
+        "the least recently used visitor should have fallen out"
     armed, flag = items["e"]["stops"].take(items["e"]["stops"].arm())
     sessions.drop("e")
     assert flag.is_set()
@@ -80,7 +94,8 @@ def test_a_run_stops_what_ran_before_and_a_stop_is_never_undone():
     fourth = stops.arm()  # two quick Runs: the race of the first click never starts
     assert stops.take(third) == (third, None)
     assert not stops.take(fourth)[1].is_set()
-    stops.stop_all()  # Stop while a race waits in the queue: it starts, and stops before its first step
+    # Stop while a race waits in the queue: it starts, and stops before its first step.
+    stops.stop_all()
     fifth = stops.arm()
     stops.stop_all()
     assert stops.take(fifth)[1].is_set()
@@ -97,9 +112,11 @@ def test_replay_comes_back_when_the_last_run_is_over_not_when_an_earlier_one_is(
     first = fresh_sessions.arm(request)  # Run: Replay stays off while its race waits and runs
     stops.take(first)
     assert not fresh_sessions.replayable(request)
-    second = fresh_sessions.arm(request)  # Run again during that race: the first one ends, the second waits
+    # Run again during that race: the first one ends, the second waits.
+    second = fresh_sessions.arm(request)
     stops.release(first)
-    assert not fresh_sessions.replayable(request), "the first race's end brought Replay back before the second ran"
+    assert not fresh_sessions.replayable(request), \
+        "the first race's end brought Replay back before the second ran"
     stops.take(second)
     stops.release(second)
     assert fresh_sessions.replayable(request)
@@ -110,13 +127,13 @@ def test_replay_comes_back_when_the_last_run_is_over_not_when_an_earlier_one_is(
 def test_a_second_run_ends_the_first_race_within_a_step():
     """Run twice: the first race's flag is set by the second click, so it stops where it is."""
     request = types.SimpleNamespace(session_hash="frank")
-    stops = app.SESSIONS.get("frank")["stops"]
+    stops = app.RACES.sessions.get("frank")["stops"]
     first = stops.arm()
-    outputs = app.race_ui(PROMPT, 256, None, None, None, None, 0.0, 1.0, None, False, True, False, request, first)
+    outputs = app.race_ui(request, first, **page(max_new_tokens=256, warm=False))
     next(outputs), next(outputs)  # the first race streams
     stops.arm()  # the second click
-    final = list(outputs)[-1]
-    assert "Stopped" in final[7], final[7]  # the badge
+    badge = list(outputs)[-1][app.VIEW.badge]
+    assert "Stopped" in badge, badge
     assert len(stops) == 1, "the stopped race let its flag go; the second click's is waiting"
 
 
@@ -133,11 +150,11 @@ def test_an_unexpected_error_becomes_a_short_message_and_is_logged(monkeypatch, 
         raise RuntimeError("secret detail /srv/models/target")
         yield  # a generator, like the real one
 
-    monkeypatch.setattr(app, "race", broken)
+    monkeypatch.setattr(racing, "race", broken)
     request = types.SimpleNamespace(session_hash="dave")
     with caplog.at_level(logging.ERROR, logger="ouroboros.app"):
         with pytest.raises(gr.Error) as caught:
-            list(app.race_ui(PROMPT, 8, None, None, None, None, 0.0, 1.0, None, False, True, False, request))
+            list(app.race_ui(request, **page(max_new_tokens=8, warm=False)))
         with pytest.raises(gr.Error) as caught_api:
             list(app.race_api(PROMPT, 8))
     for err in (caught.value, caught_api.value):
@@ -152,10 +169,22 @@ def test_the_chart_redraws_at_most_twice_a_second(monkeypatch):
     monkeypatch.setattr(frames, "TEXT_EVERY_S", 0.0)  # every step streams text
     request = types.SimpleNamespace(session_hash="erin")
     stamps, redraws = [], []
-    for out in app.race_ui(PROMPT, 48, None, None, None, None, 0.0, 1.0, None, False, True, False, request):
+    for out in app.race_ui(request, **page(warm=False)):
         stamps.append(time.perf_counter())
-        redraws.append(not isinstance(out[6], dict))  # gr.skip() is a dict; a redraw is the SVG
+        redraws.append(app.VIEW.chart in out)  # a frame without the chart leaves it as it is
     assert len(stamps) > sum(redraws) >= 2, "some updates should leave the chart alone"
     assert redraws[-1], "the last update draws the finished chart"
     times = [t for t, redraw in zip(stamps[:-1], redraws[:-1]) if redraw]
     assert all(b - a >= frames.CHART_EVERY_S * 0.9 for a, b in zip(times, times[1:])), times
+
+
+def test_race_keeps_its_signature_and_takes_every_knob_of_the_page():
+    """/race's callers pass its parameters by position as well as by name: they stay as they are,
+    and every knob a visitor may set (config.py's, on the page) is among them."""
+    parameters = inspect.signature(app.race_api).parameters
+    assert [(name, parameter.default) for name, parameter in parameters.items()] == [
+        ("prompt", inspect.Parameter.empty), ("max_new_tokens", 128), ("gamma", None),
+        ("window", None), ("ngram", None), ("branches", None), ("temperature", 0.0),
+        ("top_p", 1.0), ("seed", None), ("raw", False)]
+    assert set(KNOBS) <= set(parameters)
+    assert app.API_PARAMETERS == list(parameters)  # how its validator names what it gets

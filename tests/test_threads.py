@@ -1,11 +1,12 @@
-"""Engine calls from the app run on one device thread (one OpenMP team on a CPU), and a race the visitor
-leaves is closed there too; on ZeroGPU they run where they are made."""
+"""Engine calls from the app run on one device thread (one OpenMP team on a CPU), and a race the
+visitor leaves is closed there too; on ZeroGPU they run where they are made."""
 
 from __future__ import annotations
 
 import threading
 
 import app
+from ui.guard import RaceRequest
 from ui.threads import DeviceThread, Latest
 
 
@@ -33,8 +34,8 @@ def test_every_step_runs_on_the_one_device_thread_and_a_left_race_is_closed_ther
 
 
 def test_a_call_made_on_the_device_thread_runs_there_at_once():
-    """A call from inside a call (the app's get_engine() in a measurement run on the device thread) would wait
-    for the thread it runs on: it runs in place instead."""
+    """A call from inside a call (the app's get_engine() in a measurement run on the device thread)
+    would wait for the thread it runs on: it runs in place instead."""
     device = DeviceThread(inline=False)
     done = threading.Event()
 
@@ -75,7 +76,8 @@ def test_the_app_loads_and_races_on_its_device_thread():
 
     engine.stream = stream
     try:
-        for _ in app.run_race("def f():\n", 8, {}, ["vanilla", "ouroboros"], None, {}, {}):
+        greedy = RaceRequest("def f():\n", 8, options={}, sampling={}, seed_drawn=False, raw=False)
+        for _ in app.RACING.run(greedy, ["vanilla", "ouroboros"]):
             pass
     finally:
         del engine.stream

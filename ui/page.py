@@ -1,4 +1,5 @@
-"""The page's fixed content: the examples, the knobs' explanations and the line naming the pair."""
+"""The page's fixed content: the examples and the line naming the pair (each knob's explanation
+is its config field's, in ouroboros_core/config.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 
 
 def chosen_preset() -> str | None:
-    """The preset the host chose (OUROBOROS_PRESET, else the default); None for a target and draft of its own."""
+    """The preset the host chose (OUROBOROS_PRESET, else the default); None for a target and draft
+    of its own."""
     from ouroboros_core.models import DEFAULT_PRESET
 
     if os.environ.get("OUROBOROS_TARGET"):
@@ -21,13 +23,15 @@ def chosen_preset() -> str | None:
 
 
 def examples(preset: str | None = None) -> list[dict]:
-    """Prompts labelled by what they show, ordinary ones first: when Ouroboros wins, and when it does not. The
-    embedded pair continues code (examples.json); a chat pair answers requests (examples-chat.json)."""
+    """Prompts labelled by what they show, ordinary ones first: when Ouroboros wins, and when it
+    does not. The embedded pair continues code (examples.json); a chat pair answers requests
+    (examples-chat.json)."""
     from ouroboros_core.models import presets
 
     known = presets().get(preset) if preset else None
     code_only = known is not None and not known.chat
-    return json.loads((ASSETS / ("examples.json" if code_only else "examples-chat.json")).read_text())
+    name = "examples.json" if code_only else "examples-chat.json"
+    return json.loads((ASSETS / name).read_text())
 
 
 def prompt_label(preset: str | None = None) -> str:
@@ -42,36 +46,35 @@ def prompt_label(preset: str | None = None) -> str:
 
 EXAMPLES = examples(chosen_preset())
 PROMPT_LABEL = prompt_label(chosen_preset())
-# One line per Ouroboros knob, under its slider.
-KNOB_INFO = {"gamma": "draft at least this many tokens before the target checks them",
-             "window": "lookahead columns the draft refines in each forward (0: none; cheap on a GPU)",
-             "ngram": "phrases of N-1 tokens enter the pool, keyed on the token before them",
-             "branches": "pool phrases the target verifies beside the draft, in the same forward"}
 
 
 def pair_settings(engine=None) -> dict:
-    """The Ouroboros settings a race on `engine` starts from: the pair's own for its device, else the engine's
-    defaults (those too while no pair is loaded yet)."""
+    """The Ouroboros settings a race on `engine` starts from: the pair's own for its device, else
+    the engine's defaults (those too while no pair is loaded yet)."""
     from ouroboros_core import OuroborosConfig
 
-    return {**asdict(OuroborosConfig()), **(engine.defaults.get("ouroboros", {}) if engine is not None else {})}
+    own = engine.defaults.get("ouroboros", {}) if engine is not None else {}
+    return {**asdict(OuroborosConfig()), **own}
 
 
 def pair_description(engine=None) -> str:
-    """The pair the host chose and, once it is loaded (`engine`), the device and dtype it runs on."""
+    """The pair the host chose and, once it is loaded (`engine`), the device and dtype it runs
+    on."""
     from ouroboros_core.models import presets
 
     where = ""
     if engine is not None:
-        where = f" Running on **{engine.target.device}** in **{str(engine.target.dtype).split('.')[-1]}**"
+        dtype = str(engine.target.dtype).split(".")[-1]
+        where = f" Running on **{engine.target.device}** in **{dtype}**"
         where += f", the target from {engine.target_source}." if engine.target_source else "."
         if engine.chat:
             where += " Prompts go to the target as a user's chat turn; its answer fills the lanes."
     if os.environ.get("OUROBOROS_TARGET"):
-        return (f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, draft `{os.environ.get('OUROBOROS_DRAFT')}`."
-                + where)
+        return (f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, "
+                f"draft `{os.environ.get('OUROBOROS_DRAFT')}`." + where)
     name = chosen_preset()
     preset = presets().get(name)
     if preset is None:
         return f"Pair: `{html.escape(name)}` (unknown preset)"
-    return f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: {preset.description}.{where}"
+    return (f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: "
+            f"{preset.description}.{where}")
