@@ -65,7 +65,7 @@ ON_POLICY_TEMPERATURES = (0.0, 0.3, 0.8)
 
 
 def nucleus_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    from ..verify import nucleus
+    from ..sampling import nucleus
 
     probs = nucleus(torch.softmax(logits.double() / temperature, dim=-1), top_p)
     return probs / probs.sum(dim=-1, keepdim=True)
