@@ -11,7 +11,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from conftest import build_model
 from ouroboros_core.cache import new_cache, truncate
-from ouroboros_core.drafters import DraftRunner
+from ouroboros_core.draft_runner import DraftRunner
 from ouroboros_core.events import StepEvent
 from ouroboros_core.lean import NARROW_ROWS, Int8Linear, LeanCache, LeanDecoder, lean_draft
 from ouroboros_core.verify import forward_tree

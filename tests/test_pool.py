@@ -194,7 +194,7 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
 def test_shared_prefix_finds_the_first_difference_within_the_limit():
     import random
 
-    from ouroboros_core.drafters import shared_prefix
+    from ouroboros_core.draft_runner import shared_prefix
 
     rng = random.Random(0)
     for _ in range(500):
