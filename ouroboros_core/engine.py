@@ -12,11 +12,12 @@ import torch
 from .attention import use_tree_attention
 from .cache import cache_length, keep_span, new_cache, truncate
 from .config import ConfigError, OuroborosConfig, build_configs, check_int
-from .drafters import Ouroboros, Proposal, Speculative, Vanilla
+from .drafters import Ouroboros, Speculative, Vanilla
 from .events import DoneEvent, Event, Result, Source, Stats, StepEvent, Token
 from .lean import lean_draft
 from .packed import pack_linears
 from .pool import PhrasePool
+from .proposal import Proposal
 from .verdict import OutputVerdict, output_verdict
 from .sampling import Sampler
 from .verify import Verdict, forward_tree, input_device, row_positions, walk_tree
@@ -272,16 +273,13 @@ class Engine:
         unknown = self.draft_only
         for i, token in enumerate(proposal.trunk):
             if unknown is not None and token >= unknown:
-                return Proposal(proposal.trunk[:i], proposal.trunk_sources[:i])
+                return proposal.cut(i)
             if token in self.eos:
-                attach = proposal.branch_attach or [len(proposal.trunk)] * len(proposal.branches)
-                kept = [k for k, at in enumerate(attach) if at <= i]
-                proposal = Proposal(proposal.trunk[: i + 1], proposal.trunk_sources[: i + 1],
-                                    [proposal.branches[k] for k in kept],
-                                    [proposal.branch_sources[k] for k in kept], [attach[k] for k in kept])
+                before = [k for k, at in enumerate(proposal.attached()) if at <= i]
+                proposal = proposal.cut(i + 1, before)
                 break
         if unknown is not None and any(token >= unknown for branch in proposal.branches for token in branch):
-            return Proposal(proposal.trunk, proposal.trunk_sources)
+            return proposal.cut(len(proposal.trunk))
         if any(token in self.eos for branch in proposal.branches for token in branch):
             cut = [branch[: next((j + 1 for j, token in enumerate(branch) if token in self.eos), len(branch))]
                    for branch in proposal.branches]

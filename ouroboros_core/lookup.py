@@ -1,23 +1,31 @@
-"""Context lookup: the text's own earlier continuations as drafts, and how far one request's copies stood."""
+"""Context lookup: the text's own earlier continuations as drafts, and how far they stood."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+from .config import OuroborosConfig
+from .events import Source
+from .fitted import TRUST_PRIOR
+from .proposal import Branches, Proposal
+from .verify import Verdict
+
 COPY_RUN = 4  # tokens accepted from a context-lookup branch that switch the drafter to copying
 LOOKUP_LONGEST = 4  # context lookup matches up to this many of the text's last tokens
-POOL_PHRASE = 0  # LookupTrust's row for pool phrases (a copy's row is how many tokens it matched, 1 or more)
 
 
 def context_lookup(sequence: list[int], length: int, longest: int = LOOKUP_LONGEST,
                    scan: int = 4096) -> tuple[list[int], int]:
-    """Up to `length` tokens that followed an earlier occurrence of the sequence's last tokens (prompt lookup,
-    as in Saxena 2023), searched over the last `scan` tokens, and how many tokens that occurrence matched;
-    ([], 0) if none.
+    """Up to `length` tokens that followed an earlier occurrence of the sequence's last tokens
+    (prompt lookup, as in Saxena 2023), searched over the last `scan` tokens, and how many tokens
+    that occurrence matched; ([], 0) if none.
 
-    The occurrence that matches the most of the sequence's tail (one token at least, `longest` at most)
-    wins: after `return self.` the tokens that followed `self.` anywhere are a weaker guess than those that
-    followed `return self.`. Among equal matches, the latest with `length` tokens after it, else the one
-    with the most: in text that repeats with a short period, the latest occurrence sits just before the
-    end and has little after it.
+    The occurrence that matches the most of the sequence's tail (one token at least, `longest` at
+    most) wins: after `return self.` the tokens that followed `self.` anywhere are a weaker guess
+    than those that followed `return self.`. Among equal matches, the latest with `length` tokens
+    after it, else the one with the most: in text that repeats with a short period, the latest
+    occurrence sits just before the end and has little after it.
     """
     end = len(sequence)
     last = sequence[-1] if sequence else None
@@ -26,7 +34,8 @@ def context_lookup(sequence: list[int], length: int, longest: int = LOOKUP_LONGE
         if sequence[start - 1] != last:
             continue
         matched = 1
-        while matched < longest and matched < start and sequence[start - 1 - matched] == sequence[end - 1 - matched]:
+        while (matched < longest and matched < start
+               and sequence[start - 1 - matched] == sequence[end - 1 - matched]):
             matched += 1
         have = min(length, end - start)
         if (matched, have) > best[:2]:
@@ -37,28 +46,24 @@ def context_lookup(sequence: list[int], length: int, longest: int = LOOKUP_LONGE
 
 
 class LookupTrust:
-    """How far one request's context-lookup copies have stood, by how many tokens they matched: at each depth of
-    a copy, how many copies the target reached there and how many of those tokens it kept.
+    """How far one request's drafts of a kind have stood, by row (a copy's row: how many tokens it
+    matched): at each depth, how many the target reached there and how many of those tokens it kept.
 
-    A copy after one matching token is right a few tokens on at best (embedded pair, HumanEval at T 0.8: of the
-    copies reached, 28%, 18%, 9%, 4% kept their first to fourth tokens, 2% the seventh); after four, it often
-    runs to the end (58%, 52%, 42%, 30%, ... 14% at the tenth). At T 0.3 and greedy, copies run further. Each
-    request learns its own rates, starting from trusting a copy (80% per token) until the verdicts say otherwise.
-    Row POOL_PHRASE learns the pool's phrases alike.
+    A copy after one matching token is rarely right for long; after four, it often runs to the end
+    (docs/BENCHMARKS.md, "Sampled (round 18)"). Each request learns its own rates, starting from the
+    prior fitted.TRUST_PRIOR until the verdicts say otherwise.
     """
-
-    PRIOR = (1.0, 1.25)  # (kept, reached) pseudo-counts at every depth
 
     def __init__(self, longest: int, length: int):
         self.kept = [[0] * length for _ in range(longest + 1)]
         self.reached = [[0] * length for _ in range(longest + 1)]
 
     def length(self, matched: int, reach: float, most: int, above: float) -> int:
-        """How many of a copy's tokens have a chance above `above` of standing, where the copy is reached with
-        chance `reach` (at most `most`)."""
+        """How many of a copy's tokens have a chance above `above` of standing, where the copy is
+        reached with chance `reach` (at most `most`)."""
         chance, kept, reached = reach, self.kept[matched], self.reached[matched]
         for depth in range(most):
-            chance *= (kept[depth] + self.PRIOR[0]) / (reached[depth] + self.PRIOR[1])
+            chance *= (kept[depth] + TRUST_PRIOR[0]) / (reached[depth] + TRUST_PRIOR[1])
             if chance <= above:
                 return depth
         return most
@@ -68,3 +73,72 @@ class LookupTrust:
         for depth in range(min(accepted + 1, length)):
             self.reached[matched][depth] += 1
             self.kept[matched][depth] += depth < accepted
+
+
+@dataclass(frozen=True)
+class Copy:
+    """The copy a proposal carries, as its proposer reads it back."""
+
+    matched: int  # how many of the text's last tokens its earlier occurrence matched
+    hangs: int  # trunk tokens it continues after
+    length: int  # its tokens
+
+
+class ContextLookup:
+    """Proposes a copy of what followed the text's last tokens before, hung where it parts from the
+    draft's trunk, so the target can walk it past a rejected draft token.
+
+    Sampled, the copy ends where its chance of standing falls to `lookup_above`: how far this
+    request's copies stood (LookupTrust, by matched length) times the chance that the target reaches
+    it. Greedy copies keep their L tokens: the draft's probabilities are no such chances there.
+    Learns from the verdict how far the copy stood, and whether the text repeats itself: after a
+    copy that ran COPY_RUN tokens or more, `leads` asks the drafter to copy without drafting.
+
+    Example, greedy, L = 4: committed [1, 2, 5, 9, 10, 11, 3, 1, 2] (the text's last [1, 2] was
+    followed by 5, 9, 10, 11) and the trunk [5, 6]: the copy [5, 9, 10, 11] shares the trunk's 5, so
+    the branch [9, 10, 11] hangs after one trunk token.
+    """
+
+    name = "lookup"
+
+    def __init__(self, config: OuroborosConfig, trims: bool):
+        self.config = config
+        self.trims = trims  # sampled and lookup_above > 0: copies end where they rarely stand
+        self.trust = LookupTrust(LOOKUP_LONGEST, config.lookup)
+        self.leads = False  # the latest copy ran long: the text repeats, let lookup lead
+
+    def propose(self, committed: list[int], limit: int, trunk) -> Branches:
+        """trunk: the draft's trunk (trunk.Trunk) the copy hangs on."""
+        cfg = self.config
+        if not (cfg.lookup and cfg.prompt_lookup and limit > 0):
+            return Branches(self.name)
+        # Found is at most `limit` long, so it fits after the part it shares with the trunk.
+        found, matched = context_lookup(committed, min(cfg.lookup, limit))
+        common = 0
+        while common < min(len(found), len(trunk.tokens)) and found[common] == trunk.tokens[common]:
+            common += 1
+        if self.trims and len(found) > common:
+            found = found[: common + self._trusted(found, matched, common, trunk)]
+        if len(found) <= common:
+            return Branches(self.name)
+        return Branches(self.name, [found[common:]], [Source.PROMPT], [common],
+                        Copy(matched, common, len(found) - common))
+
+    def _trusted(self, found: list[int], matched: int, common: int, trunk) -> int:
+        """How many of the copy's tokens past the trunk's first `common` stand a fair chance."""
+        # The copy is walked where the trunk's first `common` tokens stand and the next does not;
+        # one that parts from the trunk on a token outside the draft's best keyed guesses there
+        # almost never is ("Sampled (round 20)" and "(round 21)").
+        parts = common < len(trunk.tokens)
+        reach = math.prod(trunk.stands[:common]) * (1.0 - trunk.stands[common] if parts else 1.0)
+        if parts and found[common] not in trunk.choices.get(common, (found[common],)):
+            reach = 0.0
+        return self.trust.length(matched, reach, len(found) - common, self.config.lookup_above)
+
+    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
+                trunk_tokens: list[int]) -> None:
+        walked = proposal.walked(self.name, verdict.branch)
+        self.leads = walked and verdict.branch_accepted >= COPY_RUN
+        copy = proposal.notes.get(self.name)
+        if copy is not None and verdict.trunk_accepted == copy.hangs:  # the target reached the copy
+            self.trust.observe(copy.matched, copy.length, verdict.branch_accepted if walked else 0)

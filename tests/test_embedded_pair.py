@@ -89,11 +89,11 @@ def test_the_draft_goes_on_while_sure_and_its_second_choices_stand_in(engine):
 
 
 def test_the_drafts_estimated_chances_match_how_often_its_guesses_are_the_targets_samples(engine):
-    """The sampled draft steers by drafters.guess_chances: its estimate that each keyed guess is the target's
+    """The sampled draft steers by trunk.guess_chances: its estimate that each keyed guess is the target's
     sample. Over the target's own samples (teacher-forced), the mean estimate for the first and second guesses
     lies close to how often each was right, and the first guess is right more often than not."""
-    from ouroboros_core.drafters import guess_chances
     from ouroboros_core.sampling import draft_guesses
+    from ouroboros_core.trunk import guess_chances
 
     predicted, right, positions = [0.0, 0.0], [0, 0], 0
     for seed, prompt in enumerate(PROMPTS[:3]):

@@ -46,8 +46,8 @@ import numpy as np
 import pytest
 import torch
 
-import ouroboros_core.drafters as drafters_module
 import ouroboros_core.engine as engine_module
+import ouroboros_core.trunk as trunk_module
 from conftest import build_model, noisy_copy
 from engine_checks import PROMPTS, run
 from ouroboros_core import Engine, Source
@@ -301,7 +301,7 @@ def walks(monkeypatch):
 
     def recording_propose(self, committed, limit):
         proposal = propose(self, committed, limit)
-        looked_up.append(self.looked_up)
+        looked_up.append(proposal.branch_owners[:1] == [self.lookup.name])
         return proposal
 
     def recording_walk(trunk, branches, trunk_tokens, branch_tokens, attach=None):
@@ -373,7 +373,7 @@ def test_sampled_tokens_through_branches_follow_the_targets_distribution(copying
     engine = copying_pair
     options, top_p = TREE_CASES[case]
     if case != "shared node":  # a draft guessing with the target's noise is rarely wrong here (81 of 1000 runs)
-        monkeypatch.setattr(drafters_module, "draft_guesses", unkeyed_guesses)
+        monkeypatch.setattr(trunk_module, "draft_guesses", unkeyed_guesses)
     prompt_ids = engine.encode(COPY_PROMPT)
     cells = Cells.of(engine.target, prompt_ids, TREE_LENGTH, 1.0, top_p, TREE_SAMPLES, engine.eos)
     observed, runs = Counter(), []

@@ -1,0 +1,223 @@
+"""The draft's trunk, phrase by phrase, and its other likely choices where it hesitated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+import torch
+
+from .config import OuroborosConfig
+from .draft_runner import DraftRunner
+from .events import Source
+from .fitted import (ALTERNATIVES, CHANCE_SPREAD, GUESSES_SCORED, RANK_SHARE, RECENT_TOKENS_START,
+                     RECENT_WEIGHTS, SPREAD_AT, SPREAD_POWER)
+from .phrases import PoolPhrases
+from .proposal import Branches, Proposal
+from .sampling import Sampler, draft_guesses
+from .verify import Verdict, walk_tree
+
+
+def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
+    """keyed: the draft's keyed scores, best first, in the last dimension -> the chance that each of
+    the best GUESSES_SCORED is the target's sample (float64, on keyed's device; fitted.py)."""
+    spread = CHANCE_SPREAD * (SPREAD_AT / temperature) ** SPREAD_POWER
+    return torch.softmax(keyed[..., :GUESSES_SCORED] / spread, dim=-1) * RANK_SHARE
+
+
+@dataclass(frozen=True)
+class DraftStep:
+    """One draft forward's outcome."""
+
+    tokens: list[int]  # a pool phrase the draft verified (maybe none), then the draft's next token
+    sources: list[Source]
+    first_p: float  # the chance that the target picks that last token
+    others: list[tuple[int, float]]  # the draft's next choices there, each with that chance
+    follow: list[tuple[int, float]]  # per sibling: the draft's guess after it, and its chance
+
+
+@dataclass(frozen=True)
+class Trunk:
+    """The trunk a DraftTrunk proposes, with what the other proposers hang their branches by."""
+
+    tokens: list[int]
+    sources: list[Source]
+    stands: list[float]  # each token's chance of standing, once the tokens before it stood
+    choices: dict[int, set[int]]  # trunk position -> the draft's other best keyed guesses there
+    alternatives: Branches  # the draft's other choices, each a branch in place of its first
+
+
+@dataclass
+class Alternative:
+    """Another of the draft's choices at a trunk position, as a branch in place of its first."""
+
+    at: int  # the trunk position it stands in for
+    tokens: list[int]  # that choice, then the draft's guess after it where likely enough
+    chance: float  # the chance it stands: the trunk before it stands and the target picks it
+
+
+@dataclass
+class Growing:
+    """A trunk while the draft grows it: its tokens, and the draft's other choices on the way."""
+
+    sequence: list[int]  # the committed tokens, then the trunk so far
+    tokens: list[int] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    stands: list[float] = field(default_factory=list)
+    chance: float = 1.0  # the chance that the whole trunk so far stands
+    choices: dict[int, set[int]] = field(default_factory=dict)
+    alternatives: list[Alternative] = field(default_factory=list)
+
+    def riding(self, above: float) -> list[Alternative]:
+        """The alternatives to the trunk's last token likely enough to ride in the next forward."""
+        last = len(self.tokens) - 1
+        return [a for a in self.alternatives if a.at == last and a.chance > above]
+
+    def extend(self, step: DraftStep, riding: list[Alternative], above: float) -> None:
+        # The draft's guess after a riding alternative is a second token for its branch, kept where
+        # the two together are likely enough.
+        for alternative, (token, p) in zip(riding, step.follow):
+            if alternative.chance * p > above:
+                alternative.tokens = alternative.tokens + [token]
+        # An alternative is walked only where the trunk before it stood: weigh it by that chance
+        # too.
+        at = len(self.tokens) + len(step.tokens) - 1
+        self.alternatives += [Alternative(at, [token], p * self.chance)
+                              for token, p in step.others[:ALTERNATIVES]]
+        self.choices[at] = {token for token, _ in step.others}
+        # A pool phrase the draft verified is taken as sure.
+        self.stands += [1.0] * (len(step.tokens) - 1) + [step.first_p]
+        self.tokens += step.tokens
+        self.sources += step.sources
+        self.sequence += step.tokens
+        self.chance *= step.first_p
+
+    def trunk(self, limit: int, above: float, owner: str) -> Trunk:
+        """The trunk cut to `limit`; where the draft hesitated, its other likely choices as branches
+        in place of its first: the target walks one if it rejects the first and picks that one."""
+        tokens = self.tokens[:limit]
+        chosen = [a for a in self.alternatives if a.at < len(tokens) and a.chance > above]
+        branches = Branches(owner, [a.tokens for a in chosen], [Source.DRAFT] * len(chosen),
+                            [a.at for a in chosen])
+        return Trunk(tokens, self.sources[:limit], self.stands[:limit], self.choices, branches)
+
+
+class DraftTrunk:
+    """Proposes the draft's trunk, phrase by phrase: at least gamma tokens, then on while the draft
+    is sure of its latest token (where it agrees with the target far more often), up to max_trunk;
+    and where it hesitated, its other likely choices (up to ALTERNATIVES, with its guess after each
+    where the trunk went on) as branches in place of its first.
+
+    Each draft forward also checks the pool's phrases keyed on the draft's last token, so one
+    forward can advance by a whole phrase, and carries the lookahead window (phrases.Lookahead).
+    Greedy, the draft's probabilities steer it; sampled, its keyed guesses of the target's sample
+    and their fitted chances (guess_chances). Either only steers how far to draft and what to offer,
+    never what stands. Learns from each verdict how many tokens a step commits lately.
+    """
+
+    name = "draft"
+
+    def __init__(self, runner: DraftRunner, config: OuroborosConfig, sampler: Sampler,
+                 phrases: PoolPhrases, max_positions: int):
+        self.runner = runner
+        self.config = config
+        self.sampler = sampler  # the target's rule: the draft guesses its token with the same noise
+        self.pool = phrases.pool  # phrases the draft checks inside its own forward
+        self.window = phrases.window  # rides in every draft forward, filling the pool
+        self.max_positions = max_positions  # positions the models take: GPT-2's table ends there
+        self.recent_tokens = RECENT_TOKENS_START  # tokens a step committed lately
+        # The draft's chances are read only where a setting uses them; sampled, a context-lookup
+        # copy parting from the trunk is checked against all its best guesses there.
+        checks_copies = config.lookup and config.lookup_above > 0 and not sampler.greedy
+        self.reads_chances = (config.max_trunk > config.gamma or config.second_above < 1.0
+                              or checks_copies)
+        self.top = GUESSES_SCORED if checks_copies else 1 + ALTERNATIVES
+
+    def propose(self, committed: list[int], limit: int, copying: bool = False) -> Trunk:
+        """copying: the text repeats itself, so no draft forward at all (context lookup leads)."""
+        cfg = self.config
+        want = 0 if copying else min(cfg.gamma, limit)
+        most = 0 if copying else min(max(cfg.max_trunk, want), limit)
+        growing, sure = Growing(list(committed)), True
+        while len(growing.tokens) < want or (sure and len(growing.tokens) < most):
+            riding = growing.riding(cfg.second_above)
+            step = self._step(growing.sequence, [alternative.tokens[0] for alternative in riding])
+            growing.extend(step, riding, cfg.second_above)
+            sure = self._goes_on(step.first_p, growing.chance)
+        return growing.trunk(limit, cfg.second_above, self.name)
+
+    def _goes_on(self, first_p: float, chance: float) -> bool:
+        if self.sampler.greedy:
+            return first_p > self.config.extend_above
+        # Sampled, one more draft forward pays while the chance that the trunk stands is a fair
+        # share of what a step commits anyway: where steps commit many tokens (low temperatures),
+        # each is worth less.
+        return chance > self.config.extend_chance * self.recent_tokens
+
+    def _step(self, sequence: list[int], siblings: list[int]) -> DraftStep:
+        """One draft forward: the next token, or a verified pool phrase plus the token after it. The
+        window's columns, the pool's phrases and each sibling (a token in place of the sequence's
+        last) ride along as branches."""
+        room = self.max_positions - len(sequence)
+        pooled = self.pool.lookup(sequence[-1], self.config.draft_candidates)
+        candidates = [(list(phrase[:room]), source) for phrase, source in pooled
+                      if self.runner.readable(phrase)]  # the pool also holds the target's tokens
+        columns = self.window.columns(room)  # column i sits i positions further on
+        phrases = [phrase for phrase, _ in candidates]
+        rows = columns + phrases + [[token] for token in siblings]
+        offsets = list(range(len(columns))) + [0] * (len(phrases) + len(siblings))
+        attach = [0] * (len(columns) + len(phrases)) + [-1] * len(siblings)
+        logits = self.runner.forward(sequence, rows, offsets, attach)
+        scores, ids, guesses = self._guesses(logits, len(sequence), rows, offsets, attach)
+        starts = list(accumulate(map(len, rows), initial=1))  # each ridden branch's first row
+        if columns:
+            self.window.advance([guesses[s + len(c) - 1] for s, c in zip(starts, columns)])
+        starts = starts[len(columns) :]
+        verdict = walk_tree([], phrases, [guesses[0]],
+                            [guesses[s : s + len(p)] for s, p in zip(starts, phrases)])
+        matched, source, row = [], Source.DRAFT, 0
+        if verdict.branch is not None:
+            matched = phrases[verdict.branch][: verdict.branch_accepted]
+            source = candidates[verdict.branch][1]
+            row = starts[verdict.branch] + verdict.branch_accepted - 1  # after the drafted token
+        # The drafted token's row, then each sibling's: read in one transfer from the device.
+        read = [row] + list(range(len(logits) - len(siblings), len(logits)))
+        first_p, others, follow = self._chances(scores, ids, read)
+        return DraftStep(matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT],
+                         first_p, others, follow)
+
+    def _guesses(self, logits: torch.Tensor, at: int, rows, offsets, attach):
+        """The draft's guess at every row of logits, with the scores its chances read (greedy: the
+        logits; sampled: its best keyed scores, best first, and their ids)."""
+        sampler = self.sampler
+        if sampler.greedy:
+            return logits, None, logits.argmax(dim=-1).tolist()
+        # Its guess of the target's keyed sample, its own top tokens with the same noise, needs the
+        # position each row is for: a ridden row's token j sits attach + offset + j after `at`.
+        positions = [at] + [at + a + o + 1 + j for row, o, a in zip(rows, offsets, attach)
+                            for j in range(len(row))]
+        keyed, ids = draft_guesses(logits, sampler.temperature, sampler.seed, positions)
+        return keyed, ids, ids[:, 0].tolist()
+
+    def _chances(self, scores: torch.Tensor, ids: torch.Tensor | None, rows: list[int]):
+        """At rows[0] (after the drafted token): the chance that the target picks the draft's first
+        choice, and the draft's next choices with theirs; at each later row (after a sibling): the
+        draft's first choice and its chance. Returns (first_p, [(token, chance)], [(token, chance)]
+        per later row), read in one transfer from the device."""
+        if not self.reads_chances:
+            return 1.0, [], []  # no alternatives, so no siblings either
+        if self.sampler.greedy:
+            chances, ids = torch.softmax(scores[rows].float(), dim=-1).topk(self.top)
+        else:
+            chances = guess_chances(scores[rows], self.sampler.temperature)[:, : self.top]
+            ids = ids[rows, : self.top]
+        # Per row: its chances, then its ids.
+        values = torch.stack([chances.double(), ids.double()], dim=1).tolist()
+        (first_p, *others), (_, *tokens) = values[0]
+        follow = [(int(row_ids[0]), row_chances[0]) for row_chances, row_ids in values[1:]]
+        return first_p, [(int(token), p) for token, p in zip(tokens, others)], follow
+
+    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
+                trunk_tokens: list[int]) -> None:
+        share, latest = RECENT_WEIGHTS
+        self.recent_tokens = share * self.recent_tokens + latest * (len(committed) - old_length)
