@@ -217,10 +217,12 @@ with gr.Blocks(title="Ouroboros race") as demo:
         stopper.click(SESSIONS.stop, None, None, concurrency_limit=None, api_visibility="private")
     clear_button.click(RACES.clear, None, VIEW.outputs, api_visibility="private").then(
         lambda: "", None, prompt, api_visibility="private")
+    # preprocess=False: a tick reads the boxes as they stand (a typed 0 is the room line's to show,
+    # not a slider error's toast while the pair loads).
     demo.load(LOADING.refresh, [prompt, max_new], LOADING.outputs, api_visibility="private",
-              show_progress="hidden")
+              show_progress="hidden", preprocess=False)
     load_timer.tick(LOADING.refresh, [prompt, max_new], LOADING.outputs, api_visibility="private",
-                    show_progress="hidden", queue=False)
+                    show_progress="hidden", queue=False, preprocess=False)
     demo.unload(SESSIONS.leave)
     api = gr.api(race_api, api_name="race", concurrency_id="device", concurrency_limit=1)
     # Refused before the queue.
