@@ -70,7 +70,7 @@ def test_the_engine_routes_its_target_through_the_tree_attention_and_stays_lossl
             assert engine.generate(prompt, method, 24).token_ids == expected, (method, prompt)
 
 
-def test_tree_logits_and_tokens_unchanged(target, tokenizer):
+def test_a_tree_forward_gives_the_same_logits_through_either_attention(target):
     prompt = list(range(5, 45))
     cache = new_cache(target)
     forward_tree(target, cache, prompt, [], [])
