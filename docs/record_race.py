@@ -21,8 +21,14 @@ from PIL import Image
 from playwright.sync_api import sync_playwright
 
 DOCS = Path(__file__).resolve().parent
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 FRAME_EVERY_S = 0.05
 REPLAY = "1/4"  # the replay speed the frames are taken at
 SPEED = 0.25
@@ -36,12 +42,19 @@ def region(page) -> dict:
     scrolled = page.evaluate("scrollY")
     top = min(b["y"] for b in boxes) + scrolled
     bottom = max(b["y"] + b["height"] for b in boxes) + scrolled + 8
-    return {"x": boxes[1]["x"], "y": top - 8, "width": boxes[1]["width"], "height": max(bottom - top + 8, 200)}
+    return {
+        "x": boxes[1]["x"],
+        "y": top - 8,
+        "width": boxes[1]["width"],
+        "height": max(bottom - top + 8, 200),
+    }
 
 
 def record(url: str) -> None:
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", headless=True, args=ARGS
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.goto(url)
         page.locator("#run").wait_for()
@@ -79,10 +92,16 @@ def save_gif(frames: list[bytes], stamps: list[float], path: Path) -> None:
     canvas = [Image.new("RGB", (WIDTH, height), "white") for _ in images]
     for frame, image in zip(canvas, images):
         frame.paste(image, (0, 0))
-    durations = [max(20, round((b - a) * SPEED * 1000)) for a, b in zip(stamps, stamps[1:])] + [HOLD_LAST_MS]
-    canvas[0].save(path, save_all=True, append_images=canvas[1:], duration=durations, loop=0, optimize=True)
-    print(f"{path}: {len(canvas)} frames over {stamps[-1] * SPEED:.1f} s of the race, "
-          f"{path.stat().st_size / 1e6:.2f} MB")
+    durations = [max(20, round((b - a) * SPEED * 1000)) for a, b in zip(stamps, stamps[1:])] + [
+        HOLD_LAST_MS
+    ]
+    canvas[0].save(
+        path, save_all=True, append_images=canvas[1:], duration=durations, loop=0, optimize=True
+    )
+    print(
+        f"{path}: {len(canvas)} frames over {stamps[-1] * SPEED:.1f} s of the race, "
+        f"{path.stat().st_size / 1e6:.2f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,14 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 VIEWS = Path(__file__).resolve().parent / "views"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SIZES = {"laptop": (1400, 900), "phone": (390, 844)}
 MID_RACE_TOKENS = 24  # mid-race: once the Ouroboros lane has this many tokens
 RACE_TIMEOUT_MS = 300_000
@@ -27,12 +33,22 @@ def shoot(browser, url: str, size: str) -> list[Path]:
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(url)
     page.locator("#run").wait_for()
-    page.locator("#prompt-room").get_by_text("tokens the model can read").wait_for(timeout=RACE_TIMEOUT_MS)
-    shots = [VIEWS / f"{size}-first.png", VIEWS / f"{size}-mid-race.png", VIEWS / f"{size}-after-race.png"]
+    page.locator("#prompt-room").get_by_text("tokens the model can read").wait_for(
+        timeout=RACE_TIMEOUT_MS
+    )
+    shots = [
+        VIEWS / f"{size}-first.png",
+        VIEWS / f"{size}-mid-race.png",
+        VIEWS / f"{size}-after-race.png",
+    ]
     page.screenshot(path=str(shots[0]))
     page.locator("#run").click()
-    page.wait_for_function("n => { const m = /(\\d+) tokens/.exec(document.querySelector('#stats-ouroboros')"
-                           "?.innerText || ''); return m && +m[1] >= n; }", arg=MID_RACE_TOKENS, timeout=RACE_TIMEOUT_MS)
+    page.wait_for_function(
+        "n => { const m = /(\\d+) tokens/.exec(document.querySelector('#stats-ouroboros')"
+        "?.innerText || ''); return m && +m[1] >= n; }",
+        arg=MID_RACE_TOKENS,
+        timeout=RACE_TIMEOUT_MS,
+    )
     page.screenshot(path=str(shots[1]))
     page.locator("#badge .badge").wait_for(timeout=RACE_TIMEOUT_MS)
     page.wait_for_timeout(500)
@@ -44,7 +60,9 @@ def shoot(browser, url: str, size: str) -> list[Path]:
 def main(url: str) -> None:
     VIEWS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=ARGS)
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", headless=True, args=ARGS
+        )
         for size in SIZES:
             for path in shoot(browser, url, size):
                 print(path.relative_to(VIEWS.parent.parent))

@@ -8,7 +8,20 @@ from .pool import PhrasePool
 from .verdict import OutputVerdict
 
 __all__ = [
-    "METHODS", "ConfigError", "DoneEvent", "Engine", "LoadError", "OuroborosConfig", "OutputVerdict", "PhrasePool",
+    "METHODS",
+    "ConfigError",
+    "DoneEvent",
+    "Engine",
+    "LoadError",
+    "OuroborosConfig",
+    "OutputVerdict",
+    "PhrasePool",
     "Result",
-    "SamplingConfig", "Source", "SpeculativeConfig", "Stats", "StepEvent", "Token", "load_engine",
+    "SamplingConfig",
+    "Source",
+    "SpeculativeConfig",
+    "Stats",
+    "StepEvent",
+    "Token",
+    "load_engine",
 ]

@@ -21,18 +21,48 @@ NAME = "ouroboros_tree_sdpa"
 ITS_OWN = ("position_bias", "cache", "softcap", "output_attentions")
 
 
-def tree_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
-              is_causal=None, **kwargs):
+def tree_sdpa(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling=None,
+    is_causal=None,
+    **kwargs,
+):
     """transformers' SDPA attention, with the key/value groups passed to torch as they are for a masked
     forward of several rows on a CPU. Returns (output (batch, rows, heads, dim), None)."""
     groups = getattr(module, "num_key_value_groups", 1)
-    grouped = (query.device.type == "cpu" and attention_mask is not None and query.shape[2] > 1
-               and groups > 1 and not any(kwargs.get(name) for name in ITS_OWN))
+    grouped = (
+        query.device.type == "cpu"
+        and attention_mask is not None
+        and query.shape[2] > 1
+        and groups > 1
+        and not any(kwargs.get(name) for name in ITS_OWN)
+    )
     if not grouped:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                         scale=scaling, enable_gqa=True)
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=is_causal,
+            **kwargs,
+        )
+    out = F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        scale=scaling,
+        enable_gqa=True,
+    )
     return out.transpose(1, 2).contiguous(), None
 
 

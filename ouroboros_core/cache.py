@@ -35,8 +35,10 @@ def keep_span(cache: DynamicCache, length: int, span_start: int, span_length: in
     if span_length and span_start != length:
         for layer in cache.layers:
             # (B, heads, T, head_dim): clone the source, the two ranges may overlap.
-            layer.keys[..., length : length + span_length, :] = (
-                layer.keys[..., span_start : span_start + span_length, :].clone())
-            layer.values[..., length : length + span_length, :] = (
-                layer.values[..., span_start : span_start + span_length, :].clone())
+            layer.keys[..., length : length + span_length, :] = layer.keys[
+                ..., span_start : span_start + span_length, :
+            ].clone()
+            layer.values[..., length : length + span_length, :] = layer.values[
+                ..., span_start : span_start + span_length, :
+            ].clone()
     truncate(cache, length + span_length)

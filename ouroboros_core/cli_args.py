@@ -10,22 +10,32 @@ from .config import METHOD_CONFIGS, Knob, knobs
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", help="preset name, local folder or Hub id (default: "
-                                          "$OUROBOROS_PRESET, else smollm2; demo: the tiny pair)")
-    parser.add_argument("--draft",
-                        help="local folder or Hub id of the draft (when --target is not a preset)")
+    parser.add_argument(
+        "--target",
+        help="preset name, local folder or Hub id (default: "
+        "$OUROBOROS_PRESET, else smollm2; demo: the tiny pair)",
+    )
+    parser.add_argument(
+        "--draft", help="local folder or Hub id of the draft (when --target is not a preset)"
+    )
     parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda when available)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--device-map", choices=["auto"],
-                        help="spread the target over GPUs with accelerate")
+    parser.add_argument(
+        "--device-map", choices=["auto"], help="spread the target over GPUs with accelerate"
+    )
     parser.add_argument("--trust-remote-code", action="store_true")
 
 
 def flagged_knobs() -> dict[str, Knob]:
     """The knobs the CLI has a flag for: every method's knob that has its help (config.py), one per
     name (Speculative's gamma is set by Ouroboros' --gamma)."""
-    return {name: setting for config_type in METHOD_CONFIGS.values() if config_type
-            for name, setting in knobs(config_type).items() if setting.cli}
+    return {
+        name: setting
+        for config_type in METHOD_CONFIGS.values()
+        if config_type
+        for name, setting in knobs(config_type).items()
+        if setting.cli
+    }
 
 
 def add_method_args(parser: argparse.ArgumentParser) -> None:
@@ -46,5 +56,11 @@ def engine_from_args(args):
 
     # As the app: OUROBOROS_PRESET chooses the pair where --target does not.
     target = args.target or os.environ.get("OUROBOROS_PRESET") or None
-    return load_engine(target, args.draft, args.device, dtype=args.dtype,
-                       device_map=args.device_map, trust_remote_code=args.trust_remote_code)
+    return load_engine(
+        target,
+        args.draft,
+        args.device,
+        dtype=args.dtype,
+        device_map=args.device_map,
+        trust_remote_code=args.trust_remote_code,
+    )

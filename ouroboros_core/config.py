@@ -37,6 +37,7 @@ class OnPage:
     """Where a visitor may set a knob: the page's range (narrower than the engine's; /race refuses
     outside it too), the slider's label, which the page's refusals name the knob by, and the line
     under the slider."""
+
     low: int
     high: int
     label: str
@@ -46,6 +47,7 @@ class OnPage:
 @dataclass(frozen=True)
 class Knob:
     """One knob, as its config field declares it (`knob`)."""
+
     name: str
     default: int | float | bool
     low: float | None  # the range the engine accepts (None for a switch: true or false)
@@ -75,8 +77,11 @@ def knob(default, low=None, high=None, *, cli: str | None = None, page: OnPage |
 
 def knobs(config_type) -> dict[str, Knob]:
     """A config's knobs by name, in the order its fields declare them."""
-    return {f.name: Knob(f.name, f.default, *f.metadata["knob"])
-            for f in fields(config_type) if "knob" in f.metadata}
+    return {
+        f.name: Knob(f.name, f.default, *f.metadata["knob"])
+        for f in fields(config_type)
+        if "knob" in f.metadata
+    }
 
 
 def check_knobs(config) -> None:
@@ -117,51 +122,92 @@ class OuroborosConfig:
 
     # Draft at least this many tokens (phrase by phrase) before the target verifies.
     gamma: int = knob(
-        1, 1, 64, cli="minimum draft length per target forward",
-        page=OnPage(1, 16, "gamma (minimum draft length)",
-                    "draft at least this many tokens before the target checks them"))
+        1,
+        1,
+        64,
+        cli="minimum draft length per target forward",
+        page=OnPage(
+            1,
+            16,
+            "gamma (minimum draft length)",
+            "draft at least this many tokens before the target checks them",
+        ),
+    )
     # W: lookahead columns refined in each draft forward (0: none).
     window: int = knob(
-        0, 0, 64, cli="Ouroboros lookahead window columns W",
-        page=OnPage(0, 32, "window W (lookahead columns)",
-                    "lookahead columns the draft refines in each forward (0: none; cheap on a "
-                    "GPU)"))
+        0,
+        0,
+        64,
+        cli="Ouroboros lookahead window columns W",
+        page=OnPage(
+            0,
+            32,
+            "window W (lookahead columns)",
+            "lookahead columns the draft refines in each forward (0: none; cheap on a GPU)",
+        ),
+    )
     # N: each column yields a phrase of N-1 tokens after a key token.
     ngram: int = knob(
-        6, 2, 16, cli="Ouroboros n-gram size N (phrases of N-1 tokens)",
-        page=OnPage(2, 8, "n-gram size N",
-                    "phrases of N-1 tokens enter the pool, keyed on the token before them"))
+        6,
+        2,
+        16,
+        cli="Ouroboros n-gram size N (phrases of N-1 tokens)",
+        page=OnPage(
+            2,
+            8,
+            "n-gram size N",
+            "phrases of N-1 tokens enter the pool, keyed on the token before them",
+        ),
+    )
     # G: phrases kept per key token in the pool (independent of W).
     guess_set: int = knob(8, 1, 256, cli="Ouroboros phrases kept per key token G")
     # k: pool phrases appended as branches to the target's verification.
     branches: int = knob(
-        1, 0, 32, cli="Ouroboros pool phrases appended as branches k",
-        page=OnPage(0, 8, "branches k",
-                    "pool phrases the target verifies beside the draft, in the same forward"))
+        1,
+        0,
+        32,
+        cli="Ouroboros pool phrases appended as branches k",
+        page=OnPage(
+            0,
+            8,
+            "branches k",
+            "pool phrases the target verifies beside the draft, in the same forward",
+        ),
+    )
     # Pool phrases the draft verifies inside its own forward.
     draft_candidates: int = knob(
-        2, 0, 32, cli="Ouroboros pool phrases the draft checks inside its own forward (0: none)")
+        2, 0, 32, cli="Ouroboros pool phrases the draft checks inside its own forward (0: none)"
+    )
     pool_size: int = knob(50_000, 1, 10_000_000)  # global bound on phrases held by the pool
     prompt_lookup: bool = knob(True)  # also pool the phrases of the prompt and of the text so far
     # Past gamma, the draft goes on while sure of its latest token, up to this many tokens.
     max_trunk: int = knob(6, 1, 64, cli="Ouroboros: the most draft tokens a sure draft goes on to")
     # Sure: its probability for that token is above this (1.0: never).
     extend_above: float = knob(
-        0.4, 0.0, 1.0,
-        cli="Ouroboros: past gamma, draft on while the latest token's probability is above this")
+        0.4,
+        0.0,
+        1.0,
+        cli="Ouroboros: past gamma, draft on while the latest token's probability is above this",
+    )
     # Sampled, sure instead: the estimated chance that the whole trunk so far is the target's sample
     # is above this times the tokens a step committed lately.
     extend_chance: float = knob(
-        0.16, 0.0, 1.0,
+        0.16,
+        0.0,
+        1.0,
         cli="Ouroboros, sampled: draft on while the whole trunk's estimated chance is above this "
-            "times the tokens a step committed lately")
+        "times the tokens a step committed lately",
+    )
     # The draft's next choices (up to 3) whose chance of standing is above this are verified too, as
     # branches in place of its first, with its guess after each where that is likely enough too
     # (1.0: never).
     second_above: float = knob(
-        0.1, 0.0, 1.0,
+        0.1,
+        0.0,
+        1.0,
         cli="Ouroboros: verify the draft's next choices whose chance of standing is above this "
-            "(1: never)")
+        "(1: never)",
+    )
     # L: one more branch, up to L tokens that followed the earlier occurrence matching most of the
     # text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases.
     lookup: int = knob(12, 0, 64, cli="Ouroboros context-lookup branch length L (0: none)")
@@ -170,9 +216,12 @@ class OuroborosConfig:
     # target reaches it) is at most this; a copy parting from the trunk on a token outside the
     # draft's 8 best guesses is left out (0: none of this, always L tokens; greedy always keeps L).
     lookup_above: float = knob(
-        0.05, 0.0, 1.0,
+        0.05,
+        0.0,
+        1.0,
         cli="Ouroboros, sampled: end the lookup branch and pool phrases where a token's estimated "
-            "chance of standing is at most this (0: always L tokens)")
+        "chance of standing is at most this (0: always L tokens)",
+    )
 
     def __post_init__(self):
         check_knobs(self)
@@ -188,8 +237,9 @@ def check_method(method) -> str:
     return method
 
 
-def build_configs(method: str, options: dict
-                  ) -> tuple[SamplingConfig, SpeculativeConfig | OuroborosConfig | None]:
+def build_configs(
+    method: str, options: dict
+) -> tuple[SamplingConfig, SpeculativeConfig | OuroborosConfig | None]:
     """Map loose keyword options (from Python, the CLI or the UI) onto the method's frozen
     configs."""
     check_method(method)
@@ -198,8 +248,10 @@ def build_configs(method: str, options: dict
     allowed = SAMPLING_OPTIONS | own
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ConfigError(f"unknown option(s) for method {method!r}: {', '.join(unknown)}; "
-                          f"allowed: {', '.join(sorted(allowed))}")
+        raise ConfigError(
+            f"unknown option(s) for method {method!r}: {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(allowed))}"
+        )
     sampling = SamplingConfig(**{k: v for k, v in options.items() if k in SAMPLING_OPTIONS})
     method_options = {k: v for k, v in options.items() if k not in SAMPLING_OPTIONS}
     return sampling, (config_type(**method_options) if config_type else None)

@@ -57,8 +57,10 @@ def parse_override(text: str | None) -> int | None:
         return None
     cleaned = text.strip()
     if not (cleaned.isascii() and cleaned.isdecimal()) or not 1 <= int(cleaned) <= MAX_THREADS:
-        raise ConfigError(f"{ENV_VAR} must be a whole number of threads from 1 to {MAX_THREADS} "
-                          f"(or unset, to follow the container's CPU quota); got {text!r}")
+        raise ConfigError(
+            f"{ENV_VAR} must be a whole number of threads from 1 to {MAX_THREADS} "
+            f"(or unset, to follow the container's CPU quota); got {text!r}"
+        )
     return int(cleaned)
 
 
@@ -125,7 +127,10 @@ def cgroup_quota(root: Path, self_cgroup_text: str | None) -> Quota | None:
     if found:
         return min(found, key=lambda q: q.quota_us / q.period_us)
     for name in V1_CPU_DIRS:
-        parsed = parse_cfs(read_text(root / name / "cpu.cfs_quota_us"), read_text(root / name / "cpu.cfs_period_us"))
+        parsed = parse_cfs(
+            read_text(root / name / "cpu.cfs_quota_us"),
+            read_text(root / name / "cpu.cfs_period_us"),
+        )
         if parsed:
             return Quota(*parsed, f"cgroup v1 cfs quota {parsed[0]}/{parsed[1]}")
     return None
@@ -140,8 +145,13 @@ def cores_seen(affinity: int | None, cpu_count: int | None) -> ThreadChoice | No
     return None
 
 
-def choose_threads(override: str | None, cgroup_root: str | Path = CGROUP_ROOT, self_cgroup_text: str | None = None,
-                   affinity: int | None = None, cpu_count: int | None = None) -> ThreadChoice:
+def choose_threads(
+    override: str | None,
+    cgroup_root: str | Path = CGROUP_ROOT,
+    self_cgroup_text: str | None = None,
+    affinity: int | None = None,
+    cpu_count: int | None = None,
+) -> ThreadChoice:
     """The thread count from explicit inputs: OUROBOROS_THREADS, else the cgroup quota (never above the cores
     seen), else the CPU affinity set, else os.cpu_count(), else 1. Raises ConfigError for a bad override."""
     wanted = parse_override(override)
@@ -159,7 +169,9 @@ def choose_threads(override: str | None, cgroup_root: str | Path = CGROUP_ROOT, 
 def choose_threads_here(environ: Mapping[str, str] = os.environ) -> ThreadChoice:
     """choose_threads with this process's environment, cgroup files, affinity and core count."""
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return choose_threads(environ.get(ENV_VAR), CGROUP_ROOT, read_text(Path(SELF_CGROUP)), affinity, os.cpu_count())
+    return choose_threads(
+        environ.get(ENV_VAR), CGROUP_ROOT, read_text(Path(SELF_CGROUP)), affinity, os.cpu_count()
+    )
 
 
 def set_torch_threads(environ: Mapping[str, str] = os.environ) -> ThreadChoice:
@@ -183,7 +195,9 @@ def set_torch_threads(environ: Mapping[str, str] = os.environ) -> ThreadChoice:
 # wait, so on a quiet machine a step's CPU time is nearly its wall time times the threads (0.9 measured with 2
 # threads on 2 cores); with another job holding a core it fell to 0.6, and each step took 3 times as long.
 BUSY_SHARE = 0.75
-WINDOW_S = 0.5  # wall time of steps summed before the share is judged: a few steps, not one noisy one
+WINDOW_S = (
+    0.5  # wall time of steps summed before the share is judged: a few steps, not one noisy one
+)
 RETRY_S = 30.0  # after falling back to one thread, try the chosen count again this much later
 
 
@@ -197,7 +211,9 @@ def thread_candidates(ceiling: int) -> list[int]:
     return sorted(counts | {max(1, ceiling)})
 
 
-def fastest_threads(run, ceiling: int, set_threads, clock=time.perf_counter, rounds: int = 2) -> tuple[int, dict]:
+def fastest_threads(
+    run, ceiling: int, set_threads, clock=time.perf_counter, rounds: int = 2
+) -> tuple[int, dict]:
     """The thread count from 1 to `ceiling` at which `run()` (a short decode of the loaded pair) takes least
     time, each count timed `rounds` times in turn and its median kept (one more than twice as slow as the
     fastest is timed once); a count within 5% of a faster one with fewer threads loses to it (fewer threads
@@ -230,13 +246,25 @@ class BusyWatch:
     still there). `busy_windows` counts the starved windows, so a caller can tell whether a race met a busy
     machine. Call `begin` and `end` around each step, on the thread that runs torch."""
 
-    def __init__(self, chosen: int, set_threads, clock=time.perf_counter, cpu=time.process_time, log=None,
-                 fixed: bool = False):
+    def __init__(
+        self,
+        chosen: int,
+        set_threads,
+        clock=time.perf_counter,
+        cpu=time.process_time,
+        log=None,
+        fixed: bool = False,
+    ):
         """chosen: the count for a quiet machine (`fit` measures it); fixed: never change it (a count the host
         set with OUROBOROS_THREADS), only count the busy windows."""
         self.chosen = self.threads = chosen
         self.fixed = fixed
-        self.set_threads, self.clock, self.cpu, self.log = set_threads, clock, cpu, log or (lambda text: None)
+        self.set_threads, self.clock, self.cpu, self.log = (
+            set_threads,
+            clock,
+            cpu,
+            log or (lambda text: None),
+        )
         self.busy_windows = 0
         self.last_share: float | None = None  # of the latest window judged
         self.busy_share: float | None = None  # of the latest starved window
@@ -266,7 +294,9 @@ class BusyWatch:
         self.busy_windows += 1
         self.busy_share = self.last_share
         if self.threads > 1 and not self.fixed:
-            self._switch(1, f"busy: its {self.threads} threads got {self.last_share:.0%} of their CPU time")
+            self._switch(
+                1, f"busy: its {self.threads} threads got {self.last_share:.0%} of their CPU time"
+            )
             self._fell_at = self.clock()
 
     def reset(self, chosen: int, fixed: bool = False) -> None:

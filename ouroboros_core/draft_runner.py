@@ -25,8 +25,7 @@ def shared_prefix(a: list, b: list, limit: int) -> int:
 
 
 class DraftRunner:
-    """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to extend.
-    """
+    """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to extend."""
 
     def __init__(self, model):
         self.model = model  # a transformers model, or the LeanDecoder that wraps it
@@ -39,16 +38,18 @@ class DraftRunner:
         it)."""
         return all(token < self.vocab for token in tokens)
 
-    def forward(self, sequence: list[int], branches: list[list[int]] = (), offsets=None,
-                attach=None) -> torch.Tensor:
+    def forward(
+        self, sequence: list[int], branches: list[list[int]] = (), offsets=None, attach=None
+    ) -> torch.Tensor:
         """Logits after `sequence` and at every branch position; the cache keeps `sequence` alone. A
         branch with attach -1 stands in for the sequence's last token (it sees the tokens before
         it); by default a branch continues the whole sequence."""
         # Feed one token at least.
         common = shared_prefix(self.fed, sequence, min(len(self.fed), len(sequence) - 1))
         truncate(self.cache, common)
-        logits = forward_tree(self.model, self.cache, sequence[common:], [], list(branches),
-                              offsets, attach)
+        logits = forward_tree(
+            self.model, self.cache, sequence[common:], [], list(branches), offsets, attach
+        )
         truncate(self.cache, len(sequence))
         self.fed = list(sequence)
         return logits

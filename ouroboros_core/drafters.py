@@ -27,8 +27,14 @@ class Vanilla:
     def propose(self, committed: list[int], limit: int) -> Proposal:
         return Proposal()
 
-    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
-                trunk_tokens: list[int]) -> None:
+    def observe(
+        self,
+        committed: list[int],
+        old_length: int,
+        proposal: Proposal,
+        verdict: Verdict,
+        trunk_tokens: list[int],
+    ) -> None:
         pass
 
 
@@ -67,8 +73,14 @@ class Ouroboros(Vanilla):
     proposer observes the verdict on its own part, through what the proposal carries.
     """
 
-    def __init__(self, model, config: OuroborosConfig, pool: PhrasePool,
-                 max_positions: int = 1 << 30, sampler: Sampler | None = None):
+    def __init__(
+        self,
+        model,
+        config: OuroborosConfig,
+        pool: PhrasePool,
+        max_positions: int = 1 << 30,
+        sampler: Sampler | None = None,
+    ):
         sampler = sampler or Sampler()  # the target's rule: the draft guesses with the same noise
         # Sampled, rows the target would rarely keep are left out: a verified row costs more than
         # such a token saves (docs/BENCHMARKS.md, "Sampled (round 21)").
@@ -89,7 +101,13 @@ class Ouroboros(Vanilla):
         proposal.add(self.phrases.propose(committed, limit, trunk, proposal.after_trunk()))
         return proposal
 
-    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
-                trunk_tokens: list[int]) -> None:
+    def observe(
+        self,
+        committed: list[int],
+        old_length: int,
+        proposal: Proposal,
+        verdict: Verdict,
+        trunk_tokens: list[int],
+    ) -> None:
         for proposer in self.proposers:
             proposer.observe(committed, old_length, proposal, verdict, trunk_tokens)

@@ -20,7 +20,9 @@ class Source(str, Enum):
 @dataclass(frozen=True)
 class Token:
     id: int
-    text: str  # for committed tokens, the exact piece of output text it completes ("" mid-character)
+    text: (
+        str  # for committed tokens, the exact piece of output text it completes ("" mid-character)
+    )
     source: Source
 
 
@@ -67,7 +69,9 @@ class StepEvent:
     """One propose -> verify -> commit round of the loop (one target forward)."""
 
     index: int
-    drafted: tuple[Token, ...]  # the path the target walked: trunk, or its accepted head and the walked branch
+    drafted: tuple[
+        Token, ...
+    ]  # the path the target walked: trunk, or its accepted head and the walked branch
     branches: tuple[tuple[Token, ...], ...]  # every branch appended to the trunk for this forward
     accepted: tuple[Token, ...]  # drafted tokens committed, in order
     rejected: tuple[Token, ...]  # drafted tokens on the walked path after the first mismatch
@@ -76,7 +80,9 @@ class StepEvent:
     verify_ms: float
     elapsed_s: float  # this request's compute so far (drafting + verifying), device synchronised
     trunk: tuple[Token, ...] = ()  # every trunk token the target checked, each with its source
-    attach: tuple[int, ...] = ()  # per branch: how many trunk tokens it follows (len(trunk): the whole trunk)
+    attach: tuple[
+        int, ...
+    ] = ()  # per branch: how many trunk tokens it follows (len(trunk): the whole trunk)
     trunk_accepted: int = 0  # leading trunk tokens the target kept
     branch: int | None = None  # the branch walked on from there, if one matched
 
@@ -116,8 +122,13 @@ class DoneEvent:
     stop_reason: str  # "max_new_tokens", "eos" or "cancelled"
 
     def to_dict(self) -> dict:
-        return {"type": "done", "token_ids": list(self.token_ids), "text": self.text,
-                "stop_reason": self.stop_reason, "stats": self.stats.to_dict()}
+        return {
+            "type": "done",
+            "token_ids": list(self.token_ids),
+            "text": self.text,
+            "stop_reason": self.stop_reason,
+            "stats": self.stats.to_dict(),
+        }
 
 
 Event = StepEvent | DoneEvent

@@ -30,15 +30,24 @@ LEAN_TYPES = ("llama", "mistral", "qwen2")
 # 8 rows 0.61 vs 1.32; 16 rows 1.2 vs 1.9, 150 rows 9.9 vs 8.0; with torch's AVX2 kernels alike). The float16
 # copies used before cost 1.05 ms for 2 rows and 2.5 for 8: CPU float16 matmuls slow down with every row.
 NARROW_ROWS = 8
-STATIC_ROPE = ("default", "linear", "llama3", "yarn")  # rotary kinds whose cos and sin depend on the position alone
+STATIC_ROPE = (
+    "default",
+    "linear",
+    "llama3",
+    "yarn",
+)  # rotary kinds whose cos and sin depend on the position alone
 
 
 class LeanCache:
     """Keys and values of every layer in one buffer (layers, 2, 1, kv_heads, capacity, head_dim), grown by
     doubling; the same calls as transformers' DynamicCache that cache.py makes."""
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype, device, capacity: int = 256):
-        self.buffer = torch.zeros(layers, 2, 1, kv_heads, capacity, head_dim, dtype=dtype, device=device)
+    def __init__(
+        self, layers: int, kv_heads: int, head_dim: int, dtype, device, capacity: int = 256
+    ):
+        self.buffer = torch.zeros(
+            layers, 2, 1, kv_heads, capacity, head_dim, dtype=dtype, device=device
+        )
         self.length = 0
 
     def get_seq_length(self) -> int:
@@ -51,7 +60,9 @@ class LeanCache:
     def reserve(self, length: int) -> None:
         capacity = self.buffer.shape[-2]
         if length > capacity:
-            grown = self.buffer.new_zeros(*self.buffer.shape[:-2], max(length, 2 * capacity), self.buffer.shape[-1])
+            grown = self.buffer.new_zeros(
+                *self.buffer.shape[:-2], max(length, 2 * capacity), self.buffer.shape[-1]
+            )
             grown[..., : self.length, :] = self.buffer[..., : self.length, :]
             self.buffer = grown
 
@@ -76,7 +87,11 @@ class Int8Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        y = torch.ops.aten._weight_int8pack_mm(rows, self.weight, self.scale).view(*x.shape[:-1], -1).float()
+        y = (
+            torch.ops.aten._weight_int8pack_mm(rows, self.weight, self.scale)
+            .view(*x.shape[:-1], -1)
+            .float()
+        )
         return y if self.bias is None else y + self.bias
 
 
@@ -109,17 +124,32 @@ class LeanDecoder:
             self.vocabulary = self.vocabulary.to(self.head.device)
             self.head = self.head[self.vocabulary].contiguous()
         self.layers = []
-        self.narrow_rows = False  # forwards of up to NARROW_ROWS rows multiply by int8 copies of the weights
+        self.narrow_rows = (
+            False  # forwards of up to NARROW_ROWS rows multiply by int8 copies of the weights
+        )
         self.narrow: dict[int, tuple] = {}  # layer index -> its int8 layers (see _narrow_layers)
         self.narrow_head: Int8Linear | None = None
-        self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin: (1, positions, head_dim)
+        self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = (
+            None  # cos, sin: (1, positions, head_dim)
+        )
         rope = getattr(config, "rope_parameters", None) or {}
         self.static_rope = rope.get("rope_type", "default") in STATIC_ROPE
         for layer in inner.layers:
             attention, mlp = layer.self_attn, layer.mlp
-            self.layers.append((layer.input_layernorm.weight, attention.q_proj, attention.k_proj, attention.v_proj,
-                                attention.o_proj, attention.scaling, layer.post_attention_layernorm.weight,
-                                mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj.weight))
+            self.layers.append(
+                (
+                    layer.input_layernorm.weight,
+                    attention.q_proj,
+                    attention.k_proj,
+                    attention.v_proj,
+                    attention.o_proj,
+                    attention.scaling,
+                    layer.post_attention_layernorm.weight,
+                    mlp.gate_proj.weight,
+                    mlp.up_proj.weight,
+                    mlp.down_proj.weight,
+                )
+            )
 
     @property
     def dtype(self):
@@ -129,14 +159,20 @@ class LeanDecoder:
         return self.model.get_input_embeddings()
 
     def new_cache(self) -> LeanCache:
-        return LeanCache(len(self.layers), self.kv_heads, self.head_dim, self.embed.dtype, self.embed.device)
+        return LeanCache(
+            len(self.layers), self.kv_heads, self.head_dim, self.embed.dtype, self.embed.device
+        )
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32 and weight.dtype == torch.float32:  # one op for seven: 40% less time per norm
+        if (
+            x.dtype == torch.float32 and weight.dtype == torch.float32
+        ):  # one op for seven: 40% less time per norm
             return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
         # As transformers' LlamaRMSNorm: in float32, then back to the input's dtype before the weight.
         x32 = x.float()
-        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(
+            x.dtype
+        )
 
     def _narrow_layers(self, i: int) -> tuple:
         """Layer i's int8 layers for narrow forwards, made on first use: q, k and v as one (a missing bias of
@@ -146,21 +182,32 @@ class LeanDecoder:
             _, q, k, v, o, _, _, gate, up, down = self.layers[i]
             qkv_bias = None
             if any(p.bias is not None for p in (q, k, v)):
-                qkv_bias = torch.cat([p.weight.new_zeros(p.out_features) if p.bias is None else p.bias
-                                      for p in (q, k, v)])
-            layers = self.narrow[i] = (Int8Linear(torch.cat([q.weight, k.weight, v.weight]), qkv_bias),
-                                       Int8Linear(o.weight, o.bias), Int8Linear(torch.cat([gate, up])),
-                                       Int8Linear(down))
+                qkv_bias = torch.cat(
+                    [
+                        p.weight.new_zeros(p.out_features) if p.bias is None else p.bias
+                        for p in (q, k, v)
+                    ]
+                )
+            layers = self.narrow[i] = (
+                Int8Linear(torch.cat([q.weight, k.weight, v.weight]), qkv_bias),
+                Int8Linear(o.weight, o.bias),
+                Int8Linear(torch.cat([gate, up])),
+                Int8Linear(down),
+            )
         return layers
 
-    def _rotary(self, x: torch.Tensor, position_ids: torch.Tensor, bound: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rotary(
+        self, x: torch.Tensor, position_ids: torch.Tensor, bound: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The model's rotary cos and sin at these positions (all below `bound`). Rotary kinds that do not depend
         on the sequence's length are read from a table of positions (the same values: each is one product and a
         cos or sin), which spares a few ops per forward and never reads the positions back from the device."""
         if not self.static_rope:
             return self.rotary(x, position_ids)
         if self.rope_table is None or self.rope_table[0].shape[1] < bound:
-            span = max(bound, 2 * (0 if self.rope_table is None else self.rope_table[0].shape[1]), 256)
+            span = max(
+                bound, 2 * (0 if self.rope_table is None else self.rope_table[0].shape[1]), 256
+            )
             self.rope_table = self.rotary(x, torch.arange(span, device=x.device)[None])
         cos, sin = self.rope_table
         index = position_ids[0]
@@ -172,21 +219,35 @@ class LeanDecoder:
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
     @torch.no_grad()
-    def __call__(self, *, input_ids, position_ids, attention_mask, past_key_values: LeanCache, logits_to_keep: int = 0,
-                 use_cache: bool = True) -> LeanOutput:
+    def __call__(
+        self,
+        *,
+        input_ids,
+        position_ids,
+        attention_mask,
+        past_key_values: LeanCache,
+        logits_to_keep: int = 0,
+        use_cache: bool = True,
+    ) -> LeanOutput:
         cache = past_key_values
         n, past = input_ids.shape[1], cache.length
         cache.reserve(past + n)
         x = F.embedding(input_ids, self.embed)  # (1, n, hidden)
-        cos, sin = self._rotary(x, position_ids, past + 2 * n)  # a branch sits at most n positions further on
+        cos, sin = self._rotary(
+            x, position_ids, past + 2 * n
+        )  # a branch sits at most n positions further on
         cos, sin = cos[:, None], sin[:, None]  # (1, 1, n, head_dim)
         mask = attention_mask
-        if mask is None and n > 1:  # a causal run after the cache (sdpa's is_causal aligns top-left)
+        if (
+            mask is None and n > 1
+        ):  # a causal run after the cache (sdpa's is_causal aligns top-left)
             mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(past)
         gqa = self.kv_heads != self.heads
         narrow = self.narrow_rows and n <= NARROW_ROWS
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        for i, (norm1, q_proj, k_proj, v_proj, o_proj, scaling, norm2, gate, up, down) in enumerate(self.layers):
+        for i, (norm1, q_proj, k_proj, v_proj, o_proj, scaling, norm2, gate, up, down) in enumerate(
+            self.layers
+        ):
             h = self._rms(x, norm1)
             if narrow:
                 qkv8, o8, gate_up8, down8 = self._narrow_layers(i)
@@ -196,12 +257,24 @@ class LeanDecoder:
             q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
             k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-            keys, values = cache.buffer[i, 0], cache.buffer[i, 1]  # (1, kv_heads, capacity, head_dim)
+            keys, values = (
+                cache.buffer[i, 0],
+                cache.buffer[i, 1],
+            )  # (1, kv_heads, capacity, head_dim)
             keys[:, :, past : past + n] = self._rotate(k, cos, sin)
             values[:, :, past : past + n] = v
-            attended = F.scaled_dot_product_attention(
-                self._rotate(q, cos, sin), keys[:, :, : past + n], values[:, :, : past + n], attn_mask=mask,
-                scale=scaling, enable_gqa=gqa).transpose(1, 2).reshape(1, n, -1)
+            attended = (
+                F.scaled_dot_product_attention(
+                    self._rotate(q, cos, sin),
+                    keys[:, :, : past + n],
+                    values[:, :, : past + n],
+                    attn_mask=mask,
+                    scale=scaling,
+                    enable_gqa=gqa,
+                )
+                .transpose(1, 2)
+                .reshape(1, n, -1)
+            )
             if narrow:
                 x = x + o8(attended)
                 h = self._rms(x, norm2)
@@ -256,28 +329,48 @@ def lean_draft(model, exact: bool = False):
     ids = torch.arange(3, 11, device=device)[None] % vocab
     positions = torch.arange(8, device=device)[None]
     with torch.no_grad():
-        expected = model(input_ids=ids, position_ids=positions, past_key_values=DynamicCache(config=model.config),
-                         use_cache=True).logits
-    got = decoder(input_ids=ids, position_ids=positions, attention_mask=None,
-                  past_key_values=decoder.new_cache()).logits
-    if decoder.vocabulary is not None:  # the tokens the draft may propose: the model's own logits there
+        expected = model(
+            input_ids=ids,
+            position_ids=positions,
+            past_key_values=DynamicCache(config=model.config),
+            use_cache=True,
+        ).logits
+    got = decoder(
+        input_ids=ids,
+        position_ids=positions,
+        attention_mask=None,
+        past_key_values=decoder.new_cache(),
+    ).logits
+    if (
+        decoder.vocabulary is not None
+    ):  # the tokens the draft may propose: the model's own logits there
         got, expected = got[..., decoder.vocabulary], expected[..., decoder.vocabulary]
     # Same arithmetic, so the same logits up to the order of float sums; anything more is a different model.
     tolerance = 1e-4 if model.dtype == torch.float32 else 5e-2
-    if not torch.allclose(got.float(), expected.float(), atol=tolerance * (1 + expected.abs().max().item()), rtol=0):
+    if not torch.allclose(
+        got.float(), expected.float(), atol=tolerance * (1 + expected.abs().max().item()), rtol=0
+    ):
         return None
     if not exact and model.dtype == torch.float32 and int8_kernel_fits(decoder):
         decoder.narrow_rows = True
         try:  # the int8 forward of the same 8 rows: rounded, but the same model (a broken kernel is far off)
-            narrow = decoder(input_ids=ids, position_ids=positions, attention_mask=None,
-                             past_key_values=decoder.new_cache()).logits
+            narrow = decoder(
+                input_ids=ids,
+                position_ids=positions,
+                attention_mask=None,
+                past_key_values=decoder.new_cache(),
+            ).logits
             if decoder.vocabulary is not None:
                 narrow = narrow[..., decoder.vocabulary]
             scale = 1 + expected.abs().max().item()
-            decoder.narrow_rows = bool(torch.allclose(narrow, expected, atol=INT8_TOLERANCE * scale, rtol=0))
+            decoder.narrow_rows = bool(
+                torch.allclose(narrow, expected, atol=INT8_TOLERANCE * scale, rtol=0)
+            )
         except RuntimeError:
             decoder.narrow_rows = False
-        if not decoder.narrow_rows:  # failed: drop the int8 layers the check built (passed, the drafts use them)
+        if (
+            not decoder.narrow_rows
+        ):  # failed: drop the int8 layers the check built (passed, the drafts use them)
             decoder.narrow.clear()
             decoder.narrow_head = None
     return decoder
@@ -295,7 +388,14 @@ def int8_kernel_fits(decoder: LeanDecoder) -> bool:
     CPUs without AVX2) it falls back to a scalar loop far slower than float32."""
     down = decoder.layers[0][-1]
     widths = (decoder.embed.shape[1], decoder.heads * decoder.head_dim, down.shape[1])
-    vectorised = (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-                  or platform.machine() in ("arm64", "aarch64"))
-    return (decoder.embed.device.type == "cpu" and hasattr(torch.ops.aten, "_weight_int8pack_mm")
-            and sys.platform != "win32" and vectorised and all(width % 16 == 0 for width in widths))
+    vectorised = torch.backends.cpu.get_cpu_capability() in (
+        "AVX2",
+        "AVX512",
+    ) or platform.machine() in ("arm64", "aarch64")
+    return (
+        decoder.embed.device.type == "cpu"
+        and hasattr(torch.ops.aten, "_weight_int8pack_mm")
+        and sys.platform != "win32"
+        and vectorised
+        and all(width % 16 == 0 for width in widths)
+    )

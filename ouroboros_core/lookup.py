@@ -15,8 +15,9 @@ COPY_RUN = 4  # tokens accepted from a context-lookup branch that switch the dra
 LOOKUP_LONGEST = 4  # context lookup matches up to this many of the text's last tokens
 
 
-def context_lookup(sequence: list[int], length: int, longest: int = LOOKUP_LONGEST,
-                   scan: int = 4096) -> tuple[list[int], int]:
+def context_lookup(
+    sequence: list[int], length: int, longest: int = LOOKUP_LONGEST, scan: int = 4096
+) -> tuple[list[int], int]:
     """Up to `length` tokens that followed an earlier occurrence of the sequence's last tokens
     (prompt lookup, as in Saxena 2023), searched over the last `scan` tokens, and how many tokens
     that occurrence matched; ([], 0) if none.
@@ -34,8 +35,11 @@ def context_lookup(sequence: list[int], length: int, longest: int = LOOKUP_LONGE
         if sequence[start - 1] != last:
             continue
         matched = 1
-        while (matched < longest and matched < start
-               and sequence[start - 1 - matched] == sequence[end - 1 - matched]):
+        while (
+            matched < longest
+            and matched < start
+            and sequence[start - 1 - matched] == sequence[end - 1 - matched]
+        ):
             matched += 1
         have = min(length, end - start)
         if (matched, have) > best[:2]:
@@ -121,8 +125,13 @@ class ContextLookup:
             found = found[: common + self._trusted(found, matched, common, trunk)]
         if len(found) <= common:
             return Branches(self.name)
-        return Branches(self.name, [found[common:]], [Source.PROMPT], [common],
-                        Copy(matched, common, len(found) - common))
+        return Branches(
+            self.name,
+            [found[common:]],
+            [Source.PROMPT],
+            [common],
+            Copy(matched, common, len(found) - common),
+        )
 
     def _trusted(self, found: list[int], matched: int, common: int, trunk) -> int:
         """How many of the copy's tokens past the trunk's first `common` stand a fair chance."""
@@ -135,8 +144,14 @@ class ContextLookup:
             reach = 0.0
         return self.trust.length(matched, reach, len(found) - common, self.config.lookup_above)
 
-    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
-                trunk_tokens: list[int]) -> None:
+    def observe(
+        self,
+        committed: list[int],
+        old_length: int,
+        proposal: Proposal,
+        verdict: Verdict,
+        trunk_tokens: list[int],
+    ) -> None:
         walked = proposal.walked(self.name, verdict.branch)
         self.leads = walked and verdict.branch_accepted >= COPY_RUN
         copy = proposal.notes.get(self.name)

@@ -32,7 +32,9 @@ from . import attention
 # 13.8 ms for one row, 25.3 against 19.3 for eight; tools.forward_costs, 1 thread).
 MIN_PARAMETERS = 32_000_000
 PACKED_ROWS = 16  # the row count oneDNN lays the weights out for (a verification's usual size)
-CHECK_TOLERANCE = 1e-4  # of 1 + the largest output: float sums in another order, never a different product
+CHECK_TOLERANCE = (
+    1e-4  # of 1 + the largest output: float sums in another order, never a different product
+)
 
 
 def machine_memory() -> int | None:
@@ -46,11 +48,15 @@ def packable(model, min_parameters: int = MIN_PARAMETERS) -> bool:
     """A float32 model on the CPU of at least `min_parameters`, a torch with oneDNN's packed linear, and memory
     for a second copy."""
     parameters = list(model.parameters())
-    if not parameters or any(p.device.type != "cpu" or p.dtype != torch.float32 for p in parameters):
+    if not parameters or any(
+        p.device.type != "cpu" or p.dtype != torch.float32 for p in parameters
+    ):
         return False
     if sum(p.numel() for p in parameters) < min_parameters:
         return False
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+    if not (
+        torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    ):
         return False
     memory = machine_memory()
     weights = sum(p.numel() * p.element_size() for p in parameters)
@@ -62,12 +68,21 @@ class PackedLinear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
-        self.weight, self.bias = linear.weight, linear.bias  # the same tensors: state_dict and ties unchanged
+        self.weight, self.bias = (
+            linear.weight,
+            linear.bias,
+        )  # the same tensors: state_dict and ties unchanged
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        object.__setattr__(self, "original", linear)  # not a submodule: no second copy in the state dict
+        object.__setattr__(
+            self, "original", linear
+        )  # not a submodule: no second copy in the state dict
         with torch.no_grad():
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACKED_ROWS)
-        self.version = linear.weight._version  # an in-place change to the weight after packing makes it stale
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(
+                linear.weight.detach(), PACKED_ROWS
+            )
+        self.version = (
+            linear.weight._version
+        )  # an in-place change to the weight after packing makes it stale
 
     def __deepcopy__(self, memo):
         # oneDNN's packed tensor has no storage to copy: pack the copied layer again.
@@ -76,7 +91,9 @@ class PackedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
         if not self.current(x) or (rows.shape[0] == 1 and torch.get_num_threads() == 1):
-            return F.linear(x, self.weight, self.bias)  # torch's matrix-vector path: faster on one thread
+            return F.linear(
+                x, self.weight, self.bias
+            )  # torch's matrix-vector path: faster on one thread
         bias = None if self.bias is None else self.bias.detach()
         y = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self.packed, bias, "none", [], "")
         return y.view(*x.shape[:-1], self.out_features)
@@ -86,8 +103,11 @@ class PackedLinear(torch.nn.Module):
         dtype or device (`model.double()`, `.to("cuda")`), its weight not changed in place (training,
         `load_state_dict`); otherwise the layer multiplies by its weight as stock torch does."""
         weight = self.weight
-        return (x.dtype == weight.dtype == torch.float32 and x.device.type == weight.device.type == "cpu"
-                and weight._version == self.version)
+        return (
+            x.dtype == weight.dtype == torch.float32
+            and x.device.type == weight.device.type == "cpu"
+            and weight._version == self.version
+        )
 
     def check(self) -> bool:
         """Whether the packed product matches F.linear on a few random rows (a broken kernel is far off)."""
@@ -96,7 +116,9 @@ class PackedLinear(torch.nn.Module):
             for count in (1, 3, PACKED_ROWS + 1):
                 rows = torch.randn(count, self.in_features, generator=generator)
                 expected = F.linear(rows, self.weight, self.bias)
-                got = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+                got = torch.ops.mkldnn._linear_pointwise(
+                    rows, self.packed, self.bias, "none", [], ""
+                )
                 scale = 1 + expected.abs().max().item()
                 if not torch.allclose(got, expected, atol=CHECK_TOLERANCE * scale, rtol=0):
                     return False
@@ -109,8 +131,12 @@ def pack_linears(model, min_parameters: int = MIN_PARAMETERS) -> int:
     if getattr(model, "packed_linears", 0) or not packable(model, min_parameters):
         return getattr(model, "packed_linears", 0)
     try:
-        found = [(parent, name, PackedLinear(child)) for parent in model.modules()
-                 for name, child in parent.named_children() if type(child) is torch.nn.Linear]
+        found = [
+            (parent, name, PackedLinear(child))
+            for parent in model.modules()
+            for name, child in parent.named_children()
+            if type(child) is torch.nn.Linear
+        ]
     except RuntimeError:  # a torch whose oneDNN lacks the reorder for this shape or CPU
         return 0
     if not found or not all(packed.check() for _, _, packed in found):
@@ -126,8 +152,12 @@ def unpacked(model):
     """The model with its own nn.Linear layers and transformers' own attention back for the duration (stock
     transformers, as a user has it: the benchmark's transformers rows and the lossless tests' reference run
     so)."""
-    swapped = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-               if isinstance(child, PackedLinear)]
+    swapped = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, PackedLinear)
+    ]
     for parent, name, child in swapped:
         setattr(parent, name, child.original)
     tree = getattr(model.config, "_attn_implementation", None) == attention.NAME

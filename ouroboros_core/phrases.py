@@ -41,8 +41,7 @@ class Lookahead:
         return [[level[i] for level in self.levels] for i in range(self.width)]
 
     def advance(self, newest: list[int]) -> None:
-        """The draft's guess after each column's last token: pool the full chains, then extend each.
-        """
+        """The draft's guess after each column's last token: pool the full chains, then extend each."""
         if len(self.levels) == self.ngram - 1:
             for i, key in enumerate(self.levels[0]):
                 phrase = tuple(level[i] for level in self.levels[1:]) + (newest[i],)
@@ -102,11 +101,22 @@ class PoolPhrases:
                 continue
             phrases.append(phrase)
             sources.append(source)
-        return Branches(self.name, phrases, sources, [len(trunk.tokens)] * len(phrases),
-                        list(phrases) if self.trims else None)
+        return Branches(
+            self.name,
+            phrases,
+            sources,
+            [len(trunk.tokens)] * len(phrases),
+            list(phrases) if self.trims else None,
+        )
 
-    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
-                trunk_tokens: list[int]) -> None:
+    def observe(
+        self,
+        committed: list[int],
+        old_length: int,
+        proposal: Proposal,
+        verdict: Verdict,
+        trunk_tokens: list[int],
+    ) -> None:
         n, accepted = self.config.ngram, verdict.trunk_accepted
         offered = proposal.notes.get(self.name)
         if offered and accepted == len(proposal.trunk):  # the target reached the pool phrases

@@ -18,7 +18,9 @@ class PhrasePool:
         self.per_key = per_key
         self.max_phrases = max_phrases
         self._by_key: dict[int, OrderedDict[Phrase, Source]] = {}
-        self._age: OrderedDict[tuple[int, Phrase], None] = OrderedDict()  # oldest first, over all keys
+        self._age: OrderedDict[tuple[int, Phrase], None] = (
+            OrderedDict()
+        )  # oldest first, over all keys
 
     def __len__(self) -> int:
         return len(self._age)

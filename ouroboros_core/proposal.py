@@ -61,7 +61,12 @@ class Proposal:
         """The trunk's first `trunk_length` tokens and the branches at the indices `kept`; the notes
         stay, so each proposer still reads what it offered."""
         attach, owners = self.attached(), self.branch_owners
-        return Proposal(self.trunk[:trunk_length], self.trunk_sources[:trunk_length],
-                        [self.branches[k] for k in kept], [self.branch_sources[k] for k in kept],
-                        [attach[k] for k in kept], [owners[k] for k in kept] if owners else [],
-                        self.notes)
+        return Proposal(
+            self.trunk[:trunk_length],
+            self.trunk_sources[:trunk_length],
+            [self.branches[k] for k in kept],
+            [self.branch_sources[k] for k in kept],
+            [attach[k] for k in kept],
+            [owners[k] for k in kept] if owners else [],
+            self.notes,
+        )

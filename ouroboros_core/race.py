@@ -13,12 +13,18 @@ from .events import DoneEvent, Stats, StepEvent, Token
 class Lane:
     method: str
     committed: list[Token] = field(default_factory=list)
-    rejected: tuple[Token, ...] = ()  # drafted tokens rejected in the latest step, shown for that step only
-    events: list[StepEvent] = field(default_factory=list)  # every step so far, as the engine yielded it
+    rejected: tuple[
+        Token, ...
+    ] = ()  # drafted tokens rejected in the latest step, shown for that step only
+    events: list[StepEvent] = field(
+        default_factory=list
+    )  # every step so far, as the engine yielded it
     clock_s: float = 0.0  # this lane's own compute so far
     accepted: int = 0
     drafted: int = 0
-    trace: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])  # (clock, tokens) points
+    trace: list[tuple[float, int]] = field(
+        default_factory=lambda: [(0.0, 0)]
+    )  # (clock, tokens) points
     done: DoneEvent | None = None
 
     @property
@@ -52,8 +58,17 @@ class Lane:
         return self.done.stats if self.done else None
 
 
-def race(engine, prompt: str, methods: list[str], max_new_tokens: int, options: dict[str, dict] | None = None,
-         stop=None, pools: dict | None = None, raw: bool = False, watch=None) -> Iterator[dict[str, Lane]]:
+def race(
+    engine,
+    prompt: str,
+    methods: list[str],
+    max_new_tokens: int,
+    options: dict[str, dict] | None = None,
+    stop=None,
+    pools: dict | None = None,
+    raw: bool = False,
+    watch=None,
+) -> Iterator[dict[str, Lane]]:
     """Yield the lanes after every step of any lane. Requests are validated before the first yield. raw: the
     prompt as it is, not as a chat turn (Engine.encode). watch: a cpu.BusyWatch that times every step."""
     options = options or {}
@@ -61,8 +76,9 @@ def race(engine, prompt: str, methods: list[str], max_new_tokens: int, options: 
     streams = {}
     for method in methods:
         extra = {"pool": pools[method]} if method in pools else {}
-        streams[method] = engine.stream(prompt, method, max_new_tokens, stop=stop, raw=raw, **extra,
-                                        **options.get(method, {}))
+        streams[method] = engine.stream(
+            prompt, method, max_new_tokens, stop=stop, raw=raw, **extra, **options.get(method, {})
+        )
     lanes = {method: Lane(method) for method in methods}
     try:
         while True:

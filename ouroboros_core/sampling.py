@@ -14,7 +14,11 @@ import torch
 
 
 MASK64 = (1 << 64) - 1
-GOLDEN, MIX1, MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # SplitMix64's constants
+GOLDEN, MIX1, MIX2 = (
+    0x9E3779B97F4A7C15,
+    0xBF58476D1CE4E5B9,
+    0x94D049BB133111EB,
+)  # SplitMix64's constants
 
 
 def position_key(seed: int, position: int) -> int:
@@ -46,7 +50,9 @@ def noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
         # the ids are.
         golden, mix1, mix2, s30, s27, s31, s11 = _U64
         z = np.array([position_key(seed, p) for p in positions], dtype=np.uint64)[:, None]
-        z = z + ids.numpy().astype(np.uint64) * golden  # the ids-th output of SplitMix64 started at the key
+        z = (
+            z + ids.numpy().astype(np.uint64) * golden
+        )  # the ids-th output of SplitMix64 started at the key
         z ^= z >> s30
         z *= mix1
         z ^= z >> s27
@@ -59,7 +65,9 @@ def noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
 def tensor_noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
     """noise_bits in torch's int64 arithmetic, on the ids' device: an accelerator's path. It runs on a CPU too,
     with the numpy path's bits."""
-    keys = torch.tensor([_int64(position_key(seed, p)) for p in positions], dtype=torch.long, device=ids.device)
+    keys = torch.tensor(
+        [_int64(position_key(seed, p)) for p in positions], dtype=torch.long, device=ids.device
+    )
     z = keys[:, None] + ids.long() * _int64(GOLDEN)
     z = (z ^ _shift_right(z, 30)) * _int64(MIX1)
     z = (z ^ _shift_right(z, 27)) * _int64(MIX2)
@@ -77,7 +85,7 @@ def position_noise(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
     adds the same noise to its own scores picks the target's token as often as two close distributions can
     agree, which is what makes its guesses worth verifying. ids: (m,) for every row, or (len(positions), m)."""
     # 53 random bits, then half a step, so the uniform lies strictly inside (0, 1).
-    uniform = noise_bits(seed, positions, ids).double().add_(0.5).mul_(2.0 ** -53)
+    uniform = noise_bits(seed, positions, ids).double().add_(0.5).mul_(2.0**-53)
     return uniform.log_().neg_().log_().neg_()
 
 
@@ -87,14 +95,18 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     if top_p >= 1.0:
         return probs
     sorted_probs, order = probs.sort(dim=-1, descending=True)
-    sorted_probs = sorted_probs.masked_fill(sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p, 0.0)
+    sorted_probs = sorted_probs.masked_fill(
+        sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p, 0.0
+    )
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
 
 
 NUCLEUS_TIERS = (64, 1024)  # tokens ranked by topk, in turn, before the whole vocabulary is sorted
 
 
-def keyed_scores(logits: torch.Tensor, temperature: float, top_p: float, seed: int, positions) -> torch.Tensor:
+def keyed_scores(
+    logits: torch.Tensor, temperature: float, top_p: float, seed: int, positions
+) -> torch.Tensor:
     """Each token's tempered score plus its noise at that row's position (n, V), float64; -inf outside the top-p
     nucleus. A row's nucleus is found among its 64 most likely tokens where it ends there (every row at
     temperature 0.3 on the embedded pair, 77% at 0.8), else among 1,024, else in the whole vocabulary; only
@@ -102,21 +114,29 @@ def keyed_scores(logits: torch.Tensor, temperature: float, top_p: float, seed: i
     scores = logits.double() / temperature
     vocab = scores.shape[-1]
     if top_p >= 1.0:
-        return scores + position_noise(seed, positions, torch.arange(vocab, device=scores.device)[None])
+        return scores + position_noise(
+            seed, positions, torch.arange(vocab, device=scores.device)[None]
+        )
     keyed = torch.full_like(scores, float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     todo = list(range(len(scores)))
     for top in NUCLEUS_TIERS + (vocab,):
-        values, ids = (probs if len(todo) == len(probs) else probs[todo]).topk(min(top, vocab), dim=-1)  # sorted
+        values, ids = (probs if len(todo) == len(probs) else probs[todo]).topk(
+            min(top, vocab), dim=-1
+        )  # sorted
         before = values.cumsum(dim=-1) - values
-        ends = ((before[:, -1] + values[:, -1]) >= top_p) | (top >= vocab)  # the nucleus ends among these
+        ends = ((before[:, -1] + values[:, -1]) >= top_p) | (
+            top >= vocab
+        )  # the nucleus ends among these
         done = [i for i, end in enumerate(ends.tolist()) if end]
         if len(done) == len(probs):  # every row at once: no copies
             found = scores.gather(-1, ids) + position_noise(seed, positions, ids)
             return keyed.scatter_(-1, ids, found.masked_fill_(before >= top_p, float("-inf")))
         if done:
             rows = [todo[i] for i in done]
-            found = scores[rows].gather(-1, ids[done]) + position_noise(seed, [positions[r] for r in rows], ids[done])
+            found = scores[rows].gather(-1, ids[done]) + position_noise(
+                seed, [positions[r] for r in rows], ids[done]
+            )
             found.masked_fill_(before[done] >= top_p, float("-inf"))
             keyed[rows] = keyed[rows].scatter_(-1, ids[done], found)
         finished = set(done)
@@ -160,7 +180,9 @@ class Sampler:
             logits = keyed_scores(logits, self.temperature, self.top_p, self.seed, positions)
         return logits.argmax(dim=-1).tolist()
 
-    def row_groups(self, logits: torch.Tensor, positions: list[int], lengths: list[int]) -> list[Sequence[int]]:
+    def row_groups(
+        self, logits: torch.Tensor, positions: list[int], lengths: list[int]
+    ) -> list[Sequence[int]]:
         """The tokens of logits' rows in consecutive groups of these lengths. Greedy, all at once (an argmax
         is cheap); sampled, each group on its first read: a sampled row costs a nucleus search, and the
         verifier reads the trunk and only the branches it walks."""
@@ -168,8 +190,10 @@ class Sampler:
         if self.greedy:
             tokens = self.tokens(logits, positions)
             return [tokens[a : a + n] for a, n in zip(starts, lengths)]
-        return [RowTokens(lambda a=a, b=a + n: self.tokens(logits[a:b], positions[a:b]), n)
-                for a, n in zip(starts, lengths)]
+        return [
+            RowTokens(lambda a=a, b=a + n: self.tokens(logits[a:b], positions[a:b]), n)
+            for a, n in zip(starts, lengths)
+        ]
 
 
 class RowTokens(Sequence):

@@ -69,15 +69,22 @@ def converted_folder(source: PackagedGguf, stage) -> Path:
         stage(f"Converting {source.file}'s tokenizer (first start only)", 0, 3)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         stage(f"Dequantizing {source.file} to float32 (first start only)", 1, 3)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
         # The loaded model is plain float32 now; the GGUF marker would only stop save_pretrained.
         del model.config.quantization_config
         model.hf_quantizer = None
         stage(f"Saving the converted model to {folder} for later starts", 2, 3)
         model.save_pretrained(work)
         tokenizer.save_pretrained(work)
-        (work / CONVERTED).write_text(json.dumps({"from": str(gguf), "package": source.package,
-                                                  "version": source.version()}, indent=1) + "\n")
+        (work / CONVERTED).write_text(
+            json.dumps(
+                {"from": str(gguf), "package": source.package, "version": source.version()},
+                indent=1,
+            )
+            + "\n"
+        )
         if folder.exists():  # an interrupted conversion's leftovers (no CONVERTED in it)
             shutil.rmtree(folder)
         work.rename(folder)

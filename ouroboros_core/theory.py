@@ -32,14 +32,18 @@ def expected_speedup(acceptance: float, gamma: int, cost_ratio: float) -> float:
     return expected_tokens_per_forward(acceptance, gamma) / (gamma * cost_ratio + 1)
 
 
-def draft_cost_ratio(draft_seconds: float, drafted_tokens: int, verify_seconds: float, forwards: int) -> float:
+def draft_cost_ratio(
+    draft_seconds: float, drafted_tokens: int, verify_seconds: float, forwards: int
+) -> float:
     """c: one draft forward's cost over one target forward's, for a draft that proposes one token per forward."""
     if not drafted_tokens or not forwards or verify_seconds <= 0:
         return 0.0
     return (draft_seconds / drafted_tokens) / (verify_seconds / forwards)
 
 
-def expected_step_speedup(tokens_per_forward: float, step_seconds: float, vanilla_step_seconds: float) -> float:
+def expected_step_speedup(
+    tokens_per_forward: float, step_seconds: float, vanilla_step_seconds: float
+) -> float:
     """Speedup of a method that lands tokens_per_forward tokens per step, each step costing step_seconds against
     plain decoding's one token per vanilla_step_seconds: what a run's own steps predict, before the per-request
     costs (prefill, setting up the draft) that a whole request adds."""

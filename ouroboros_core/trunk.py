@@ -10,8 +10,16 @@ import torch
 from .config import OuroborosConfig
 from .draft_runner import DraftRunner
 from .events import Source
-from .fitted import (ALTERNATIVES, CHANCE_SPREAD, GUESSES_SCORED, RANK_SHARE, RECENT_TOKENS_START,
-                     RECENT_WEIGHTS, SPREAD_AT, SPREAD_POWER)
+from .fitted import (
+    ALTERNATIVES,
+    CHANCE_SPREAD,
+    GUESSES_SCORED,
+    RANK_SHARE,
+    RECENT_TOKENS_START,
+    RECENT_WEIGHTS,
+    SPREAD_AT,
+    SPREAD_POWER,
+)
 from .phrases import PoolPhrases
 from .proposal import Branches, Proposal
 from .sampling import Sampler, draft_guesses
@@ -82,8 +90,9 @@ class Growing:
         # An alternative is walked only where the trunk before it stood: weigh it by that chance
         # too.
         at = len(self.tokens) + len(step.tokens) - 1
-        self.alternatives += [Alternative(at, [token], p * self.chance)
-                              for token, p in step.others[:ALTERNATIVES]]
+        self.alternatives += [
+            Alternative(at, [token], p * self.chance) for token, p in step.others[:ALTERNATIVES]
+        ]
         self.choices[at] = {token for token, _ in step.others}
         # A pool phrase the draft verified is taken as sure.
         self.stands += [1.0] * (len(step.tokens) - 1) + [step.first_p]
@@ -97,8 +106,9 @@ class Growing:
         in place of its first: the target walks one if it rejects the first and picks that one."""
         tokens = self.tokens[:limit]
         chosen = [a for a in self.alternatives if a.at < len(tokens) and a.chance > above]
-        branches = Branches(owner, [a.tokens for a in chosen], [Source.DRAFT] * len(chosen),
-                            [a.at for a in chosen])
+        branches = Branches(
+            owner, [a.tokens for a in chosen], [Source.DRAFT] * len(chosen), [a.at for a in chosen]
+        )
         return Trunk(tokens, self.sources[:limit], self.stands[:limit], self.choices, branches)
 
 
@@ -117,8 +127,14 @@ class DraftTrunk:
 
     name = "draft"
 
-    def __init__(self, runner: DraftRunner, config: OuroborosConfig, sampler: Sampler,
-                 phrases: PoolPhrases, max_positions: int):
+    def __init__(
+        self,
+        runner: DraftRunner,
+        config: OuroborosConfig,
+        sampler: Sampler,
+        phrases: PoolPhrases,
+        max_positions: int,
+    ):
         self.runner = runner
         self.config = config
         self.sampler = sampler  # the target's rule: the draft guesses its token with the same noise
@@ -129,8 +145,9 @@ class DraftTrunk:
         # The draft's chances are read only where a setting uses them; sampled, a context-lookup
         # copy parting from the trunk is checked against all its best guesses there.
         checks_copies = config.lookup and config.lookup_above > 0 and not sampler.greedy
-        self.reads_chances = (config.max_trunk > config.gamma or config.second_above < 1.0
-                              or checks_copies)
+        self.reads_chances = (
+            config.max_trunk > config.gamma or config.second_above < 1.0 or checks_copies
+        )
         self.top = GUESSES_SCORED if checks_copies else 1 + ALTERNATIVES
 
     def propose(self, committed: list[int], limit: int, copying: bool = False) -> Trunk:
@@ -160,8 +177,11 @@ class DraftTrunk:
         last) ride along as branches."""
         room = self.max_positions - len(sequence)
         pooled = self.pool.lookup(sequence[-1], self.config.draft_candidates)
-        candidates = [(list(phrase[:room]), source) for phrase, source in pooled
-                      if self.runner.readable(phrase)]  # the pool also holds the target's tokens
+        candidates = [
+            (list(phrase[:room]), source)
+            for phrase, source in pooled
+            if self.runner.readable(phrase)
+        ]  # the pool also holds the target's tokens
         columns = self.window.columns(room)  # column i sits i positions further on
         phrases = [phrase for phrase, _ in candidates]
         rows = columns + phrases + [[token] for token in siblings]
@@ -173,8 +193,9 @@ class DraftTrunk:
         if columns:
             self.window.advance([guesses[s + len(c) - 1] for s, c in zip(starts, columns)])
         starts = starts[len(columns) :]
-        verdict = walk_tree([], phrases, [guesses[0]],
-                            [guesses[s : s + len(p)] for s, p in zip(starts, phrases)])
+        verdict = walk_tree(
+            [], phrases, [guesses[0]], [guesses[s : s + len(p)] for s, p in zip(starts, phrases)]
+        )
         matched, source, row = [], Source.DRAFT, 0
         if verdict.branch is not None:
             matched = phrases[verdict.branch][: verdict.branch_accepted]
@@ -183,8 +204,13 @@ class DraftTrunk:
         # The drafted token's row, then each sibling's: read in one transfer from the device.
         read = [row] + list(range(len(logits) - len(siblings), len(logits)))
         first_p, others, follow = self._chances(scores, ids, read)
-        return DraftStep(matched + [verdict.next_token], [source] * len(matched) + [Source.DRAFT],
-                         first_p, others, follow)
+        return DraftStep(
+            matched + [verdict.next_token],
+            [source] * len(matched) + [Source.DRAFT],
+            first_p,
+            others,
+            follow,
+        )
 
     def _guesses(self, logits: torch.Tensor, at: int, rows, offsets, attach):
         """The draft's guess at every row of logits, with the scores its chances read (greedy: the
@@ -194,8 +220,9 @@ class DraftTrunk:
             return logits, None, logits.argmax(dim=-1).tolist()
         # Its guess of the target's keyed sample, its own top tokens with the same noise, needs the
         # position each row is for: a ridden row's token j sits attach + offset + j after `at`.
-        positions = [at] + [at + a + o + 1 + j for row, o, a in zip(rows, offsets, attach)
-                            for j in range(len(row))]
+        positions = [at] + [
+            at + a + o + 1 + j for row, o, a in zip(rows, offsets, attach) for j in range(len(row))
+        ]
         keyed, ids = draft_guesses(logits, sampler.temperature, sampler.seed, positions)
         return keyed, ids, ids[:, 0].tolist()
 
@@ -217,7 +244,13 @@ class DraftTrunk:
         follow = [(int(row_ids[0]), row_chances[0]) for row_chances, row_ids in values[1:]]
         return first_p, [(int(token), p) for token, p in zip(tokens, others)], follow
 
-    def observe(self, committed: list[int], old_length: int, proposal: Proposal, verdict: Verdict,
-                trunk_tokens: list[int]) -> None:
+    def observe(
+        self,
+        committed: list[int],
+        old_length: int,
+        proposal: Proposal,
+        verdict: Verdict,
+        trunk_tokens: list[int],
+    ) -> None:
         share, latest = RECENT_WEIGHTS
         self.recent_tokens = share * self.recent_tokens + latest * (len(committed) - old_length)

@@ -54,7 +54,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 def rounding_step(dtype: torch.dtype, magnitude: float) -> float:
     """The distance between neighbouring values of `dtype` around `magnitude` (one unit in the last place)."""
     exponent = math.floor(math.log2(magnitude)) if magnitude > 0 else 0
-    return torch.finfo(dtype).eps * 2.0 ** exponent
+    return torch.finfo(dtype).eps * 2.0**exponent
 
 
 def within_rounding(scores: torch.Tensor, tokens: list[int], dtype: torch.dtype) -> bool:
@@ -74,8 +74,9 @@ def rounding_steps(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return TIE_STEPS * torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(magnitude)))
 
 
-def nucleus_bounds(scores: torch.Tensor, temperature: float, top_p: float, dtype: torch.dtype
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def nucleus_bounds(
+    scores: torch.Tensor, temperature: float, top_p: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Which tokens (V,) the nucleus keeps in some rounding of the scores, and which in every rounding: each
     score may move by TIE_STEPS rounding steps, and a token is kept where the mass ranked above it is below
     top_p."""
@@ -85,7 +86,10 @@ def nucleus_bounds(scores: torch.Tensor, temperature: float, top_p: float, dtype
         return everyone, everyone
     steps = rounding_steps(scores, dtype)
     top = float(scores.max()) / temperature
-    least, most = torch.exp((scores - steps) / temperature - top), torch.exp((scores + steps) / temperature - top)
+    least, most = (
+        torch.exp((scores - steps) / temperature - top),
+        torch.exp((scores + steps) / temperature - top),
+    )
     order = (scores / temperature).argsort(descending=True)
     share_least, share_most = (least / most.sum())[order], (most / least.sum())[order]
     maybe, surely = torch.zeros_like(everyone), torch.zeros_like(everyone)
@@ -94,8 +98,14 @@ def nucleus_bounds(scores: torch.Tensor, temperature: float, top_p: float, dtype
     return maybe, surely
 
 
-def drawable(scores: torch.Tensor, tokens: list[int], temperature: float, top_p: float, noise: torch.Tensor,
-             dtype: torch.dtype) -> bool:
+def drawable(
+    scores: torch.Tensor,
+    tokens: list[int],
+    temperature: float,
+    top_p: float,
+    noise: torch.Tensor,
+    dtype: torch.dtype,
+) -> bool:
     """Whether each of `tokens` could be the target's sample, at this position's noise (V,), in a forward of
     another shape.
 
@@ -113,18 +123,28 @@ def drawable(scores: torch.Tensor, tokens: list[int], temperature: float, top_p:
     return all(bool(maybe[token]) and float(high[token]) >= to_beat for token in tokens)
 
 
-def keyed_gap(scores: torch.Tensor, token: int, temperature: float, top_p: float, seed: int, position: int) -> float:
+def keyed_gap(
+    scores: torch.Tensor, token: int, temperature: float, top_p: float, seed: int, position: int
+) -> float:
     """How far `token`'s keyed score lies below the best one in this forward (0 when it is the sample there); a
     token the nucleus leaves out here is measured by its score as if kept."""
     keyed = keyed_scores(scores[None], temperature, top_p, seed, [position])[0]
     own = float(scores[token].double()) / temperature + float(
-        position_noise(seed, [position], torch.tensor([token], device=scores.device))[0, 0])
+        position_noise(seed, [position], torch.tensor([token], device=scores.device))[0, 0]
+    )
     return max(0.0, float(keyed.max()) - own)
 
 
 @torch.no_grad()
-def output_verdict(target, prompt_ids: list[int], a: list[int], b: list[int], temperature: float = 0.0,
-                   top_p: float = 1.0, seed: int | None = None) -> OutputVerdict:
+def output_verdict(
+    target,
+    prompt_ids: list[int],
+    a: list[int],
+    b: list[int],
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+) -> OutputVerdict:
     """Compare output b with output a (new tokens of `target` for the same prompt; a is the reference),
     decoded greedily (temperature 0) or sampled with these settings and seed.
 
@@ -138,16 +158,25 @@ def output_verdict(target, prompt_ids: list[int], a: list[int], b: list[int], te
     at = first_difference(a, b)
     if at is None:
         return OutputVerdict("identical", None, None, dtype)
-    if at == min(len(a), len(b)):  # one output stops where the other goes on: not a choice between two tokens
+    if at == min(
+        len(a), len(b)
+    ):  # one output stops where the other goes on: not a choice between two tokens
         return OutputVerdict("mismatch", at, None, dtype)
     ids = torch.tensor([list(prompt_ids) + b[:-1]], device=input_device(target))
-    rows = target(input_ids=ids, logits_to_keep=len(b) - at).logits[0]  # (len(b) - at, V): predicting b[at:]
+    rows = target(input_ids=ids, logits_to_keep=len(b) - at).logits[
+        0
+    ]  # (len(b) - at, V): predicting b[at:]
 
     positions = range(len(prompt_ids) + at, len(prompt_ids) + len(b))
-    noise = (position_noise(seed, positions, torch.arange(rows.shape[-1], device=rows.device))
-             if temperature > 0.0 else None)
+    noise = (
+        position_noise(seed, positions, torch.arange(rows.shape[-1], device=rows.device))
+        if temperature > 0.0
+        else None
+    )
 
-    def possible(offset: int, tokens: list[int]) -> bool:  # each of tokens could be the target's own choice
+    def possible(
+        offset: int, tokens: list[int]
+    ) -> bool:  # each of tokens could be the target's own choice
         if temperature == 0.0:
             return within_rounding(rows[offset], tokens, target.dtype)
         return drawable(rows[offset], tokens, temperature, top_p, noise[offset], target.dtype)
@@ -155,7 +184,10 @@ def output_verdict(target, prompt_ids: list[int], a: list[int], b: list[int], te
     def margin(offset: int, token: int, other: int | None = None) -> float:
         if temperature > 0.0:
             return keyed_gap(rows[offset], token, temperature, top_p, seed, positions[offset])
-        return abs(float(rows[offset, token]) - float(rows[offset].max() if other is None else rows[offset, other]))
+        return abs(
+            float(rows[offset, token])
+            - float(rows[offset].max() if other is None else rows[offset, other])
+        )
 
     sampled = temperature > 0.0
     if not possible(0, [a[at], b[at]]):
@@ -163,7 +195,9 @@ def output_verdict(target, prompt_ids: list[int], a: list[int], b: list[int], te
     for offset, token in enumerate(b[at + 1 :], start=1):
         if not possible(offset, [token]):
             return OutputVerdict("mismatch", at + offset, margin(offset, token), dtype, sampled)
-    return OutputVerdict("rounding boundary" if sampled else "float tie", at, margin(0, a[at], b[at]), dtype, sampled)
+    return OutputVerdict(
+        "rounding boundary" if sampled else "float tie", at, margin(0, a[at], b[at]), dtype, sampled
+    )
 
 
 def explain(verdict: OutputVerdict, name: str = "Ouroboros") -> str:
@@ -171,13 +205,23 @@ def explain(verdict: OutputVerdict, name: str = "Ouroboros") -> str:
     if verdict.kind == "identical":
         return "identical outputs, token for token"
     if verdict.kind == "float tie":
-        return (f"identical up to token {verdict.first_difference}, where the target's two best tokens scored "
-                f"the same within {verdict.dtype} rounding (gap {verdict.margin:g}); either is its greedy choice")
+        return (
+            f"identical up to token {verdict.first_difference}, where the target's two best tokens scored "
+            f"the same within {verdict.dtype} rounding (gap {verdict.margin:g}); either is its greedy choice"
+        )
     if verdict.kind == "rounding boundary":
-        return (f"identical up to token {verdict.first_difference}, where two tokens' randomised scores were equal "
-                f"within {verdict.dtype} rounding (gap {verdict.margin:.2g}); either is the target's sample there")
+        return (
+            f"identical up to token {verdict.first_difference}, where two tokens' randomised scores were equal "
+            f"within {verdict.dtype} rounding (gap {verdict.margin:.2g}); either is the target's sample there"
+        )
     if verdict.sampled:
-        gap = "" if verdict.margin is None else f" (randomised score gap {verdict.margin:.2g}, beyond rounding)"
+        gap = (
+            ""
+            if verdict.margin is None
+            else f" (randomised score gap {verdict.margin:.2g}, beyond rounding)"
+        )
         return f"{name} departs from the target's sample at token {verdict.first_difference}{gap}"
     gap = "" if verdict.margin is None else f" (score gap {verdict.margin:g}, not a rounding tie)"
-    return f"{name} departs from the target's greedy output at token {verdict.first_difference}{gap}"
+    return (
+        f"{name} departs from the target's greedy output at token {verdict.first_difference}{gap}"
+    )

@@ -17,8 +17,16 @@ class Verdict:
     next_token: int  # the target's own token after the accepted ones (its argmax or its sample)
 
 
-def tree_layout(pending: int, trunk: int, branch_lengths: list[int], past: int, dtype, device,
-                offsets: list[int] | None = None, attach: list[int] | None = None):
+def tree_layout(
+    pending: int,
+    trunk: int,
+    branch_lengths: list[int],
+    past: int,
+    dtype,
+    device,
+    offsets: list[int] | None = None,
+    attach: list[int] | None = None,
+):
     """Positions and additive mask for [pending | trunk | branch_0 | branch_1 ...] after `past` cached tokens.
 
     Pending and trunk tokens form one causal run; branch b continues it after the first attach[b] trunk
@@ -41,8 +49,13 @@ def tree_layout(pending: int, trunk: int, branch_lengths: list[int], past: int, 
         seen = pending + (attach[b] if attach else trunk)
         first = past + seen + (offsets[b] if offsets else 0)
         positions += range(first, first + length)
-        rows += [[0.0] * seen + [blocked] * (start - seen) + [0.0] * (j + 1) + [blocked] * (n - start - j - 1)
-                 for j in range(length)]
+        rows += [
+            [0.0] * seen
+            + [blocked] * (start - seen)
+            + [0.0] * (j + 1)
+            + [blocked] * (n - start - j - 1)
+            for j in range(length)
+        ]
         start += length
     if rows:
         block[run:] = torch.tensor(rows, dtype=dtype, device=device)
@@ -50,7 +63,9 @@ def tree_layout(pending: int, trunk: int, branch_lengths: list[int], past: int, 
     return torch.tensor([positions], device=device), mask[None, None]
 
 
-def row_positions(next_position: int, trunk: int, branches: list[list[int]], attach: list[int] | None) -> list[int]:
+def row_positions(
+    next_position: int, trunk: int, branches: list[list[int]], attach: list[int] | None
+) -> list[int]:
     """The sequence position of the token each row of forward_tree's logits is for: rows 0..trunk follow
     the trunk from next_position; branch b's row j follows its token j, which sits after trunk[:attach[b]]."""
     positions = list(range(next_position, next_position + trunk + 1))
@@ -60,8 +75,13 @@ def row_positions(next_position: int, trunk: int, branches: list[list[int]], att
     return positions
 
 
-def walk_tree(trunk: list[int], branches: list[list[int]], trunk_tokens: list[int],
-              branch_tokens: list[list[int]], attach: list[int] | None = None) -> Verdict:
+def walk_tree(
+    trunk: list[int],
+    branches: list[list[int]],
+    trunk_tokens: list[int],
+    branch_tokens: list[list[int]],
+    attach: list[int] | None = None,
+) -> Verdict:
     """Greedy acceptance, and sample-and-match acceptance when the target tokens are samples.
 
     trunk_tokens[i] is the target's token after trunk[:i] (len(trunk) + 1 of them); branch_tokens[b][j]
@@ -92,8 +112,15 @@ def input_device(model) -> torch.device:
 
 
 @torch.no_grad()
-def forward_tree(model, cache, pending: list[int], trunk: list[int], branches: list[list[int]],
-                 offsets: list[int] | None = None, attach: list[int] | None = None) -> torch.Tensor:
+def forward_tree(
+    model,
+    cache,
+    pending: list[int],
+    trunk: list[int],
+    branches: list[list[int]],
+    offsets: list[int] | None = None,
+    attach: list[int] | None = None,
+) -> torch.Tensor:
     """Run `model` on pending + trunk + branches in one forward, growing `cache` by all of them.
 
     Returns the logits from the last pending token on: (1 + len(trunk) + total branch length, vocab).
@@ -105,11 +132,25 @@ def forward_tree(model, cache, pending: list[int], trunk: list[int], branches: l
     input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
     keep = len(tokens) - len(pending) + 1
     if branches:
-        positions, mask = tree_layout(len(pending), len(trunk), [len(b) for b in branches], past,
-                                      model.dtype, device, offsets, attach)
+        positions, mask = tree_layout(
+            len(pending),
+            len(trunk),
+            [len(b) for b in branches],
+            past,
+            model.dtype,
+            device,
+            offsets,
+            attach,
+        )
     else:
         # A plain causal run: let the model build its own mask, as its own generate() does.
         positions, mask = torch.arange(past, past + len(tokens), device=device)[None], None
-    out = model(input_ids=input_ids, position_ids=positions, attention_mask=mask, past_key_values=cache,
-                use_cache=True, logits_to_keep=keep)
+    out = model(
+        input_ids=input_ids,
+        position_ids=positions,
+        attention_mask=mask,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=keep,
+    )
     return out.logits[0, -keep:]

@@ -22,8 +22,12 @@ import pytest
 from pace import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "tests" / "artifacts"  # kept after the run: .ci/run prints their tails when a test fails
-START_TIMEOUT_S = 300  # to the page on an idle machine, importing torch and gradio; stretched by the load
+ARTIFACTS = (
+    ROOT / "tests" / "artifacts"
+)  # kept after the run: .ci/run prints their tails when a test fails
+START_TIMEOUT_S = (
+    300  # to the page on an idle machine, importing torch and gradio; stretched by the load
+)
 
 
 def free_port() -> int:
@@ -41,11 +45,19 @@ class AppServer:
         self.url = f"http://127.0.0.1:{self.port}/"
         ARTIFACTS.mkdir(exist_ok=True)
         self.log = open(ARTIFACTS / f"app-{self.port}.log", "w+")
-        env = {**os.environ, "PORT": str(self.port), "OUROBOROS_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1",
-               "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               **(extra_env or {})}
-        self.process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=self.log,
-                                        stderr=subprocess.STDOUT)
+        env = {
+            **os.environ,
+            "PORT": str(self.port),
+            "OUROBOROS_HOST": "127.0.0.1",
+            "PYTHONUNBUFFERED": "1",
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            **(extra_env or {}),
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
 
     @classmethod
     def shared(cls) -> AppServer:
@@ -57,7 +69,9 @@ class AppServer:
                 cls._shared.stop()
                 raise
         elif cls._shared.process.poll() is not None:
-            pytest.fail(f"the app died earlier (exit {cls._shared.process.returncode}):\n{cls._shared.log_text()}")
+            pytest.fail(
+                f"the app died earlier (exit {cls._shared.process.returncode}):\n{cls._shared.log_text()}"
+            )
         return cls._shared
 
     def client(self):
@@ -75,7 +89,9 @@ class AppServer:
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                pytest.fail(f"app.py exited with {self.process.returncode} before serving:\n{self.log_text()}")
+                pytest.fail(
+                    f"app.py exited with {self.process.returncode} before serving:\n{self.log_text()}"
+                )
             try:
                 with urllib.request.urlopen(self.url, timeout=5) as response:
                     if response.status == 200:

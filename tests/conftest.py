@@ -38,23 +38,56 @@ def eos_id(tokenizer):
     return tokenizer.convert_tokens_to_ids(EOS)
 
 
-def build_model(arch: str, eos_id: int, *, seed: int = 0, attn: str = "eager", layers: int = 2,
-                hidden: int = 48, init: float = 0.4):
+def build_model(
+    arch: str,
+    eos_id: int,
+    *,
+    seed: int = 0,
+    attn: str = "eager",
+    layers: int = 2,
+    hidden: int = 48,
+    init: float = 0.4,
+):
     """A tiny causal LM of the given architecture, deterministic for a given seed."""
-    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                              MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     ids = dict(bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=eos_id)
     torch.manual_seed(seed)
     if arch == "gpt2":
-        config = GPT2Config(vocab_size=VOCAB_SIZE, n_embd=hidden, n_layer=layers, n_head=4, n_positions=CONTEXT,
-                            initializer_range=init, attn_implementation=attn, **ids)
+        config = GPT2Config(
+            vocab_size=VOCAB_SIZE,
+            n_embd=hidden,
+            n_layer=layers,
+            n_head=4,
+            n_positions=CONTEXT,
+            initializer_range=init,
+            attn_implementation=attn,
+            **ids,
+        )
         model = GPT2LMHeadModel(config)
     else:
-        common = dict(vocab_size=VOCAB_SIZE, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=CONTEXT, initializer_range=init, attn_implementation=attn,
-                      tie_word_embeddings=False, **ids)
+        common = dict(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=CONTEXT,
+            initializer_range=init,
+            attn_implementation=attn,
+            tie_word_embeddings=False,
+            **ids,
+        )
         if arch == "llama":
             model = LlamaForCausalLM(LlamaConfig(**common))
         elif arch == "qwen2":
@@ -78,7 +111,9 @@ def noisy_copy(model, scale: float, seed: int):
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in other.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * scale * param.std().clamp(min=1e-3))
+            param.add_(
+                torch.randn(param.shape, generator=generator) * scale * param.std().clamp(min=1e-3)
+            )
     return other.eval()
 
 
@@ -92,7 +127,9 @@ class Models:
     def target(self, arch: str, attn: str = "eager"):
         key = ("target", arch, attn)
         if key not in self._cache:
-            self._cache[key] = build_model(arch, self.eos_id, seed=ARCHITECTURES.index(arch), attn=attn)
+            self._cache[key] = build_model(
+                arch, self.eos_id, seed=ARCHITECTURES.index(arch), attn=attn
+            )
         return self._cache[key]
 
     def draft(self, arch: str, kind: str):
@@ -106,7 +143,9 @@ class Models:
             if kind == "noisy":
                 self._cache[key] = noisy_copy(target, 0.015, seed=100 + ARCHITECTURES.index(arch))
             elif kind == "random":
-                self._cache[key] = build_model(arch, self.eos_id, seed=1000 + ARCHITECTURES.index(arch), layers=1)
+                self._cache[key] = build_model(
+                    arch, self.eos_id, seed=1000 + ARCHITECTURES.index(arch), layers=1
+                )
             else:
                 raise ValueError(kind)
         return self._cache[key]
@@ -155,7 +194,9 @@ def reference_margins(model, prompt_ids, new_ids) -> torch.Tensor:
     if not new_ids:
         return torch.zeros(0, dtype=torch.float64)
     double = copy.deepcopy(model).double()
-    ids = torch.tensor([list(prompt_ids) + list(new_ids)[:-1]], device=double.get_input_embeddings().weight.device)
+    ids = torch.tensor(
+        [list(prompt_ids) + list(new_ids)[:-1]], device=double.get_input_embeddings().weight.device
+    )
     with torch.no_grad():
         logits = double(ids, attention_mask=torch.ones_like(ids)).logits[0, len(prompt_ids) - 1 :]
     return token_margins(logits, new_ids)
@@ -171,19 +212,28 @@ def check_margin(model, prompt_ids, new_ids, margin: float = TIE_MARGIN) -> floa
         close = [(i, round(m, 7)) for i, m in enumerate(margins.tolist()) if m <= margin]
         raise AssertionError(
             f"greedy reference too close to a tie for a lossless test: lead {smallest:.3g} <= {margin:g} at "
-            f"(position, lead) {close}; pick another seed, prompt or max_new_tokens")
+            f"(position, lead) {close}; pick another seed, prompt or max_new_tokens"
+        )
     return smallest
 
 
-def reference_ids(model, tokenizer, prompt: str, max_new_tokens: int, eos_token_id=None) -> list[int]:
+def reference_ids(
+    model, tokenizer, prompt: str, max_new_tokens: int, eos_token_id=None
+) -> list[int]:
     """The target's own greedy output (new tokens only), from stock transformers generate(), checked to be
     more than TIE_MARGIN from a tie at every token."""
     input_ids = tokenizer(prompt, return_tensors="pt").input_ids
     kwargs = {} if eos_token_id is None else {"eos_token_id": eos_token_id}
     with torch.no_grad(), unpacked(model):  # the target's stock layers, as transformers runs them
-        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                             max_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id, **kwargs)
-    new_ids = out[0, input_ids.shape[1]:].tolist()
+        out = model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.eos_token_id,
+            **kwargs,
+        )
+    new_ids = out[0, input_ids.shape[1] :].tolist()
     check_margin(model, input_ids[0].tolist(), new_ids)
     return new_ids
 

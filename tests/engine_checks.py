@@ -40,7 +40,9 @@ def check_tree(step) -> None:
         assert step.attach[step.branch] == step.trunk_accepted
         assert ids(step.drafted) == head + ids(step.branches[step.branch])
     assert ids(step.accepted) == ids(step.drafted)[: len(step.accepted)]
-    if step.branch is None:  # the whole trunk held, or the target's token differs from it and from every branch
+    if (
+        step.branch is None
+    ):  # the whole trunk held, or the target's token differs from it and from every branch
         assert len(step.accepted) <= step.trunk_accepted
 
 

@@ -21,7 +21,10 @@ class Computed:
     recorded, with the parts' names (a module's name in the model, or the draft forward the drafters call)."""
 
     def __init__(self):
-        self.places: dict[str, dict[Place, set[str]]] = {"target": defaultdict(set), "draft": defaultdict(set)}
+        self.places: dict[str, dict[Place, set[str]]] = {
+            "target": defaultdict(set),
+            "draft": defaultdict(set),
+        }
 
     def add(self, role: str, name: str, output) -> None:
         tensor = output_tensor(output)
@@ -53,11 +56,16 @@ def output_tensor(output) -> torch.Tensor | None:
 def hook_computing_modules(model, role: str, computed: Computed) -> list:
     """Forward hooks on the model itself and on every module that holds weights of its own (embeddings,
     projections, norms, the head): the modules whose outputs are the model's arithmetic."""
-    handles = [model.register_forward_hook(lambda module, args, output: computed.add(role, "", output))]
+    handles = [
+        model.register_forward_hook(lambda module, args, output: computed.add(role, "", output))
+    ]
     for name, module in model.named_modules():
         if name and next(module.parameters(recurse=False), None) is not None:
-            handles.append(module.register_forward_hook(
-                lambda module, args, output, name=name: computed.add(role, name, output)))
+            handles.append(
+                module.register_forward_hook(
+                    lambda module, args, output, name=name: computed.add(role, name, output)
+                )
+            )
     return handles
 
 
@@ -104,22 +112,34 @@ def recording(engine):
 def same_device(actual: torch.device, expected) -> bool:
     """`cuda` asked for matches any GPU; `cuda:1` only that one."""
     expected = torch.device(expected)
-    return actual.type == expected.type and (expected.index is None or actual.index == expected.index)
+    return actual.type == expected.type and (
+        expected.index is None or actual.index == expected.index
+    )
 
 
 def assert_computed_in(computed: Computed, role: str, device, dtype: torch.dtype) -> None:
     """Every output the role's model computed while recorded was on `device` in `dtype`, and there was one."""
     places = computed.places[role]
     assert places, f"the {role} computed nothing while recorded"
-    wrong = {f"{d} {t}": sorted(names)[:4] for (d, t), names in places.items() if not (same_device(d, device)
-                                                                                      and t == dtype)}
-    assert not wrong, f"the {role} was asked to compute on {device} in {dtype}, but computed {wrong}"
+    wrong = {
+        f"{d} {t}": sorted(names)[:4]
+        for (d, t), names in places.items()
+        if not (same_device(d, device) and t == dtype)
+    }
+    assert not wrong, (
+        f"the {role} was asked to compute on {device} in {dtype}, but computed {wrong}"
+    )
 
 
 def assert_parameters_on(model, device, dtype: torch.dtype | None = None) -> None:
     """Where the loaded weights really are (and in what dtype), read from every parameter."""
-    wrong = sorted({f"{name.rsplit('.', 1)[0]}: {p.device} {p.dtype}" for name, p in model.named_parameters()
-                    if not same_device(p.device, device) or (dtype is not None and p.dtype != dtype)})
+    wrong = sorted(
+        {
+            f"{name.rsplit('.', 1)[0]}: {p.device} {p.dtype}"
+            for name, p in model.named_parameters()
+            if not same_device(p.device, device) or (dtype is not None and p.dtype != dtype)
+        }
+    )
     assert not wrong, f"parameters not on {device} {dtype or ''}: {wrong[:6]}"
 
 
@@ -129,7 +149,9 @@ def mapped_device(device_map: dict, name: str) -> torch.device:
     keys = [key for key in device_map if key == "" or name == key or name.startswith(key + ".")]
     assert keys, f"{name} is in no entry of the device map {device_map}"
     where = device_map[max(keys, key=len)]
-    assert where not in ("disk", "meta"), f"{name} is offloaded to {where}: a tiny model fits on the device"
+    assert where not in ("disk", "meta"), (
+        f"{name} is offloaded to {where}: a tiny model fits on the device"
+    )
     return torch.device("cuda", where) if isinstance(where, int) else torch.device(where)
 
 
@@ -143,15 +165,23 @@ def assert_placed_as_mapped(model, computed: Computed, device) -> None:
     device_map = getattr(model, "hf_device_map", None)
     if device_map:
         for name, parameter in model.named_parameters():
-            assert parameter.device == mapped_device(device_map, name), (name, parameter.device, device_map)
+            assert parameter.device == mapped_device(device_map, name), (
+                name,
+                parameter.device,
+                device_map,
+            )
         where = {mapped_device(device_map, name) for name in device_map}
-        assert all(same_device(d, device) for d in where), f"device_map {device_map} leaves {device}"
+        assert all(same_device(d, device) for d in where), (
+            f"device_map {device_map} leaves {device}"
+        )
         for name, devices in parts.items():
             if name:  # the model's own output comes back to its first device (accelerate's io_same_device)
                 assert devices == {mapped_device(device_map, name)}, (name, devices, device_map)
         return
     devices = {parameter.device for parameter in model.parameters()}
-    assert len(devices) == 1 and same_device(next(iter(devices)), device), f"target parameters on {devices}"
+    assert len(devices) == 1 and same_device(next(iter(devices)), device), (
+        f"target parameters on {devices}"
+    )
     spread = {name: d for name, d in parts.items() if d != devices}
     assert not spread, f"modules computed off the target's device {devices}: {spread}"
 
@@ -172,12 +202,26 @@ def reference_ties(target, prompt_ids: list[int], reference: list[int]) -> set[i
     device = target.get_input_embeddings().weight.device
     ids = torch.tensor([list(prompt_ids) + list(reference)[:-1]], device=device)
     with torch.no_grad():
-        rows = target(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, len(prompt_ids) - 1:].cpu()
+        rows = (
+            target(input_ids=ids, attention_mask=torch.ones_like(ids))
+            .logits[0, len(prompt_ids) - 1 :]
+            .cpu()
+        )
     leads = token_margins(rows, reference)
     steps = [rounding_step(target.dtype, row.abs().max().item()) for row in rows.double()]
-    behind = [(i, lead) for i, (lead, step) in enumerate(zip(leads.tolist(), steps)) if lead < -TIE_STEPS * step]
-    assert not behind, f"the {target.dtype} reference is not the target's greedy output at (position, lead) {behind}"
-    return {i for i, (lead, step) in enumerate(zip(leads.tolist(), steps)) if lead <= (TIE_STEPS + 1) * step}
+    behind = [
+        (i, lead)
+        for i, (lead, step) in enumerate(zip(leads.tolist(), steps))
+        if lead < -TIE_STEPS * step
+    ]
+    assert not behind, (
+        f"the {target.dtype} reference is not the target's greedy output at (position, lead) {behind}"
+    )
+    return {
+        i
+        for i, (lead, step) in enumerate(zip(leads.tolist(), steps))
+        if lead <= (TIE_STEPS + 1) * step
+    }
 
 
 def assert_speculates(method: str, drafted: int, accepted: int, tokens_per_forward: float) -> None:
@@ -201,17 +245,28 @@ def assert_noise_as_on_the_cpu(device) -> None:
     """The noise's tensor path (what an accelerator computes) gives the CPU's numpy path's bits on `device`, every
     one over the grid, and position_noise there the CPU's values (float64 logs may differ in the last place)."""
     every = torch.arange(NOISE_VOCAB)  # (V,): the same ids at every position
-    per_row = torch.randperm(NOISE_VOCAB, generator=torch.Generator().manual_seed(0))[:1000 * len(NOISE_POSITIONS)]
-    for ids in (every, per_row.view(len(NOISE_POSITIONS), 1000)):  # and (positions, m): each row its own ids
+    per_row = torch.randperm(NOISE_VOCAB, generator=torch.Generator().manual_seed(0))[
+        : 1000 * len(NOISE_POSITIONS)
+    ]
+    for ids in (
+        every,
+        per_row.view(len(NOISE_POSITIONS), 1000),
+    ):  # and (positions, m): each row its own ids
         on_device = ids.to(device)
         for seed in NOISE_SEEDS:
             expected = noise_bits(seed, NOISE_POSITIONS, ids)
             got = tensor_noise_bits(seed, NOISE_POSITIONS, on_device)
-            assert same_device(got.device, device) and got.dtype == torch.int64, (got.device, got.dtype)
+            assert same_device(got.device, device) and got.dtype == torch.int64, (
+                got.device,
+                got.dtype,
+            )
             differ = (got.cpu() != expected).nonzero()
-            assert not len(differ), (f"seed {seed}: {len(differ)} of {expected.numel()} values differ, the first "
-                                     f"at position {NOISE_POSITIONS[differ[0, 0]]}, column {int(differ[0, 1])}")
+            assert not len(differ), (
+                f"seed {seed}: {len(differ)} of {expected.numel()} values differ, the first "
+                f"at position {NOISE_POSITIONS[differ[0, 0]]}, column {int(differ[0, 1])}"
+            )
             noise = position_noise(seed, NOISE_POSITIONS, on_device)
             assert same_device(noise.device, device)
-            torch.testing.assert_close(noise.cpu(), position_noise(seed, NOISE_POSITIONS, ids), rtol=1e-13,
-                                       atol=1e-13)
+            torch.testing.assert_close(
+                noise.cpu(), position_noise(seed, NOISE_POSITIONS, ids), rtol=1e-13, atol=1e-13
+            )

@@ -13,10 +13,19 @@ def save_tiny_pair(root: Path) -> Path:
     eos = tokenizer.convert_tokens_to_ids(EOS)
     torch.manual_seed(0)
     for name, layers in (("target", 2), ("draft", 1)):
-        config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                             num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
-                             max_position_embeddings=1024, initializer_range=0.4,
-                             eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            initializer_range=0.4,
+            eos_token_id=eos,
+            bos_token_id=eos,
+            pad_token_id=eos,
+        )
         model = LlamaForCausalLM(config)
         model.generation_config.eos_token_id = eos
         model.save_pretrained(root / name)

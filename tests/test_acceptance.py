@@ -29,7 +29,9 @@ METHODS = ("vanilla", "speculative", "ouroboros")
 SAMPLING = {"temperature": 0.8, "top_p": 0.95}
 SEEDS = (1, 2, 3)
 N = 32
-N_GREEDY = 48  # longer greedy runs on the tiny models meet more drafts one rounding step from the best
+N_GREEDY = (
+    48  # longer greedy runs on the tiny models meet more drafts one rounding step from the best
+)
 # Two of the embedded pair's HumanEval-style stubs (test_embedded_pair) and one that makes it repeat itself.
 PAIR_PROMPTS = [
     'def truncate_number(number: float) -> float:\n    """Return the decimal part of the number."""\n',
@@ -40,6 +42,7 @@ PAIR_PROMPTS = [
 
 # --- what the loop's verify forwards saw ---------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class VerifyForward:
     """One verify forward of the decode loop: what the target was fed and the logits the loop read."""
@@ -48,8 +51,12 @@ class VerifyForward:
     trunk: list[int]
     branches: list[list[int]]
     attach: list[int]  # per branch: how many trunk tokens it follows
-    logits: torch.Tensor  # (1 + len(trunk) + branch tokens, V), in the target's dtype, as returned to the loop
-    input_positions: list[int]  # per row: the position id the model gave the input token that row reads after
+    logits: (
+        torch.Tensor
+    )  # (1 + len(trunk) + branch tokens, V), in the target's dtype, as returned to the loop
+    input_positions: list[
+        int
+    ]  # per row: the position id the model gave the input token that row reads after
 
     def row(self, path: list[int]) -> int:
         """The row that picks the token after the drafted tokens `path` (all accepted before it): a trunk row while
@@ -65,8 +72,10 @@ class VerifyForward:
             if attach == on_trunk and branch[: len(rest)] == rest:
                 return start + len(rest) - 1
             start += len(branch)
-        raise AssertionError(f"committed tokens {path} are on no drafted path (trunk {self.trunk}, branches "
-                             f"{self.branches} at {self.attach})")
+        raise AssertionError(
+            f"committed tokens {path} are on no drafted path (trunk {self.trunk}, branches "
+            f"{self.branches} at {self.attach})"
+        )
 
 
 @pytest.fixture
@@ -83,12 +92,21 @@ def verify_forwards(monkeypatch):
 
         handle = model.register_forward_pre_hook(hook, with_kwargs=True)
         try:
-            logits = forward_tree(model, cache, pending, trunk, branches, offsets=offsets, attach=attach)
+            logits = forward_tree(
+                model, cache, pending, trunk, branches, offsets=offsets, attach=attach
+            )
         finally:
             handle.remove()
-        seen.append(VerifyForward(past + len(pending), list(trunk), [list(b) for b in branches],
-                                  list(attach) if attach else [len(trunk)] * len(branches), logits.clone(),
-                                  fed["positions"][-len(logits):]))
+        seen.append(
+            VerifyForward(
+                past + len(pending),
+                list(trunk),
+                [list(b) for b in branches],
+                list(attach) if attach else [len(trunk)] * len(branches),
+                logits.clone(),
+                fed["positions"][-len(logits) :],
+            )
+        )
         return logits
 
     monkeypatch.setattr(engine_module, "forward_tree", recording)
@@ -97,26 +115,37 @@ def verify_forwards(monkeypatch):
 
 # --- the target's own choice, recomputed from a row ----------------------------------------------------------
 
+
 def own_argmax(row: torch.Tensor) -> int:
     """The first token with the row's highest score (the tie rule of torch's argmax)."""
     return int((row == row.max()).nonzero()[0, 0])
 
 
-def own_sample(row: torch.Tensor, temperature: float, top_p: float, seed: int, position: int) -> int:
+def own_sample(
+    row: torch.Tensor, temperature: float, top_p: float, seed: int, position: int
+) -> int:
     """The target's sample at `position`: the token of its top-p nucleus whose tempered score plus the noise
     position_noise(seed, position) gives it is highest (the Gumbel-max draw every method shares)."""
     scores = row.double() / temperature
     probs = torch.softmax(scores, dim=-1)
     sorted_probs, order = probs.sort(descending=True)
-    kept = sorted_probs.cumsum(0) - sorted_probs < top_p  # the smallest prefix whose mass reaches top_p
+    kept = (
+        sorted_probs.cumsum(0) - sorted_probs < top_p
+    )  # the smallest prefix whose mass reaches top_p
     keyed = torch.full_like(scores, float("-inf"))
-    keyed[order[kept]] = (scores + position_noise(seed, [position], torch.arange(len(scores)))[0])[order[kept]]
+    keyed[order[kept]] = (scores + position_noise(seed, [position], torch.arange(len(scores)))[0])[
+        order[kept]
+    ]
     return int(keyed.argmax())
 
 
 def rounding_step(dtype: torch.dtype, value: float) -> float:
     """The gap between neighbouring values of `dtype` at `value`."""
-    return torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(abs(value))) if value else torch.finfo(dtype).eps
+    return (
+        torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(abs(value)))
+        if value
+        else torch.finfo(dtype).eps
+    )
 
 
 @dataclass
@@ -131,8 +160,9 @@ class Power:
     one_step_drafts: int = 0
 
 
-def check_own_choices(result, forwards, prompt_length: int, sampling: dict | None, power: Power,
-                      label: str = "") -> None:
+def check_own_choices(
+    result, forwards, prompt_length: int, sampling: dict | None, power: Power, label: str = ""
+) -> None:
     """Every committed token of every step is the target's own choice at its row of that step's forward."""
     assert len(forwards) == len(result.events), "one verify forward per step"
     position = prompt_length
@@ -146,14 +176,21 @@ def check_own_choices(result, forwards, prompt_length: int, sampling: dict | Non
             if sampling is None:
                 own = own_argmax(logits)
             else:
-                own = own_sample(logits, sampling["temperature"], sampling["top_p"], sampling["seed"], position + j)
+                own = own_sample(
+                    logits,
+                    sampling["temperature"],
+                    sampling["top_p"],
+                    sampling["seed"],
+                    position + j,
+                )
             if token != own:
                 gap = float(logits[own]) - float(logits[token])
                 steps = gap / rounding_step(logits.dtype, float(logits.max()))
                 raise AssertionError(
                     f"{label}: step {step.index} committed {token} as token {j} of {committed}, but the target's "
                     f"own choice at its row {row} is {own}, which scores {gap:+.4g} above it ({steps:+.1f} "
-                    f"rounding steps of {logits.dtype})")
+                    f"rounding steps of {logits.dtype})"
+                )
             power.branch_tokens += row > len(forward.trunk)
         power.multi_token_steps += len(committed) > 1
         if step.rejected and sampling is None:
@@ -168,13 +205,20 @@ def check_own_choices(result, forwards, prompt_length: int, sampling: dict | Non
 def run_checked(engine, prompt, method, forwards, power, sampling=None, max_new_tokens=N):
     del forwards[:]
     result = engine.generate(prompt, method, max_new_tokens, **(sampling or {}))
-    check_own_choices(result, list(forwards), len(engine.encode(prompt)), sampling, power,
-                      f"{method} {engine.target.dtype} {sampling or 'greedy'} {prompt[:20]!r}")
+    check_own_choices(
+        result,
+        list(forwards),
+        len(engine.encode(prompt)),
+        sampling,
+        power,
+        f"{method} {engine.target.dtype} {sampling or 'greedy'} {prompt[:20]!r}",
+    )
     check_events(result, engine.tokenizer, method, max_new_tokens)
     return result
 
 
 # --- tiny models, every dtype --------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tiny_engines(models, tokenizer):
@@ -191,7 +235,9 @@ def tiny_engines(models, tokenizer):
     return get
 
 
-def check_tiny(tiny_engines, verify_forwards, dtype: torch.dtype, sampled: bool) -> dict[str, Power]:
+def check_tiny(
+    tiny_engines, verify_forwards, dtype: torch.dtype, sampled: bool
+) -> dict[str, Power]:
     """Every method on a Llama-family and a GPT-2 model, sampled with three seeds, or greedy on two prompts (the
     drafting methods in 16 bits on all the shared ones, to meet drafts within a rounding step of the best)."""
     powers = {method: Power() for method in METHODS}
@@ -200,12 +246,20 @@ def check_tiny(tiny_engines, verify_forwards, dtype: torch.dtype, sampled: bool)
         for method in METHODS:
             if sampled:
                 for seed in SEEDS:
-                    run_checked(engine, PROMPTS[seed % 2], method, verify_forwards, powers[method],
-                                {**SAMPLING, "seed": seed})
+                    run_checked(
+                        engine,
+                        PROMPTS[seed % 2],
+                        method,
+                        verify_forwards,
+                        powers[method],
+                        {**SAMPLING, "seed": seed},
+                    )
                 continue
             wide = method != "vanilla" and dtype != torch.float32
             for prompt in PROMPTS + REPETITIVE_PROMPTS if wide else PROMPTS[:2]:
-                run_checked(engine, prompt, method, verify_forwards, powers[method], max_new_tokens=N_GREEDY)
+                run_checked(
+                    engine, prompt, method, verify_forwards, powers[method], max_new_tokens=N_GREEDY
+                )
     return powers
 
 
@@ -221,12 +275,15 @@ def assert_powerful(powers: dict[str, Power], need_near_ties: bool) -> None:
 
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_every_committed_token_is_the_targets_own_choice(tiny_engines, verify_forwards, dtype, sampled):
+def test_every_committed_token_is_the_targets_own_choice(
+    tiny_engines, verify_forwards, dtype, sampled
+):
     powers = check_tiny(tiny_engines, verify_forwards, DTYPES[dtype], sampled)
     assert_powerful(powers, need_near_ties=not sampled and dtype != "float32")
 
 
 # --- the embedded pair in 16 bits ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def pair_engines():
@@ -242,18 +299,28 @@ def pair_engines():
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_the_embedded_pair_commits_only_the_targets_own_choices(pair_engines, verify_forwards, dtype):
+def test_the_embedded_pair_commits_only_the_targets_own_choices(
+    pair_engines, verify_forwards, dtype
+):
     engine = pair_engines(dtype)
     assert engine.target.dtype == DTYPES[dtype]
     powers = {method: Power() for method in METHODS}
     for method in METHODS:
         for prompt in PAIR_PROMPTS[1:]:
             run_checked(engine, prompt, method, verify_forwards, powers[method])
-        run_checked(engine, PAIR_PROMPTS[0], method, verify_forwards, powers[method], {**SAMPLING, "seed": 5})
+        run_checked(
+            engine,
+            PAIR_PROMPTS[0],
+            method,
+            verify_forwards,
+            powers[method],
+            {**SAMPLING, "seed": 5},
+        )
     assert_powerful(powers, need_near_ties=False)
 
 
 # --- the check catches a rule that prefers the draft ---------------------------------------------------------
+
 
 def plant(monkeypatch, forwards, keep):
     """Replace the loop's acceptance walk by one that also keeps trunk token i where keep(forward, i) says so."""
@@ -277,7 +344,9 @@ def draft_gap(forward: VerifyForward, i: int) -> float:
 
 @pytest.mark.parametrize("gaps", ["tied", "one step below"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_a_draft_kept_within_a_rounding_step_is_caught(tiny_engines, verify_forwards, monkeypatch, dtype, gaps):
+def test_a_draft_kept_within_a_rounding_step_is_caught(
+    tiny_engines, verify_forwards, monkeypatch, dtype, gaps
+):
     """The plant of issue 28, in its two halves: in 16 bits a drafted token is kept where it ties the best score,
     or where it scores at most one rounding step below it."""
     low, high = (0.0, 0.0) if gaps == "tied" else (1e-9, 1.0)
@@ -302,6 +371,7 @@ def test_one_extra_trunk_token_is_caught(tiny_engines, verify_forwards, monkeypa
 
 # --- an EOS inside an accepted block -------------------------------------------------------------------------
 
+
 def accepted_inside_a_block(result, on_branch: bool) -> tuple[int, int]:
     """(position in the output, token) of the first token that a step accepted after at least one other token of
     the same step, drafted on the trunk (or on the walked branch, after at least one of its tokens), and that the
@@ -314,7 +384,9 @@ def accepted_inside_a_block(result, on_branch: bool) -> tuple[int, int]:
                 if token.id not in result.token_ids[: position + j]:
                     return position + j, token.id
         position += len(step.committed)
-    raise AssertionError(f"no step accepted a new token inside a {'branch' if on_branch else 'trunk'} block")
+    raise AssertionError(
+        f"no step accepted a new token inside a {'branch' if on_branch else 'trunk'} block"
+    )
 
 
 def with_eos(engine: Engine, eos: int) -> Engine:
@@ -329,17 +401,25 @@ def with_eos(engine: Engine, eos: int) -> Engine:
     return other
 
 
-def stream_and_generate(engine, prompt, method, max_new_tokens, options) -> tuple[list[StepEvent], Result]:
+def stream_and_generate(
+    engine, prompt, method, max_new_tokens, options
+) -> tuple[list[StepEvent], Result]:
     """The events of one stream and the result of one generate() for the same request, checked to agree."""
     events = list(engine.stream(prompt, method, max_new_tokens, **options))
     result = engine.generate(prompt, method, max_new_tokens, **options)
     check_events(result, engine.tokenizer, method, max_new_tokens)
     steps, done = events[:-1], events[-1]
     assert isinstance(done, DoneEvent) and all(isinstance(step, StepEvent) for step in steps)
-    timeless = [{k: v for k, v in s.to_dict().items() if k not in ("draft_ms", "verify_ms", "elapsed_s")}
-                for s in steps + result.events]
+    timeless = [
+        {k: v for k, v in s.to_dict().items() if k not in ("draft_ms", "verify_ms", "elapsed_s")}
+        for s in steps + result.events
+    ]
     assert timeless[: len(steps)] == timeless[len(steps) :], method
-    assert (list(done.token_ids), done.text, done.stop_reason) == (result.token_ids, result.text, result.stop_reason)
+    assert (list(done.token_ids), done.text, done.stop_reason) == (
+        result.token_ids,
+        result.text,
+        result.stop_reason,
+    )
     return steps, result
 
 
@@ -348,9 +428,15 @@ def pair_generate(engine, prompt: str, max_new_tokens: int, eos: int) -> list[in
     prompt_ids = engine.encode(prompt)
     input_ids = torch.tensor([prompt_ids])
     with torch.no_grad(), unpacked(engine.target):
-        out = engine.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                                     max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos)
-    new_ids = out[0, len(prompt_ids):].tolist()
+        out = engine.target.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos,
+            pad_token_id=eos,
+        )
+    new_ids = out[0, len(prompt_ids) :].tolist()
     check_margin(engine.target, prompt_ids, new_ids)
     return new_ids
 
@@ -384,7 +470,9 @@ def test_an_eos_inside_an_accepted_block_ends_every_view_there(pair_engines, whe
         assert len(last.accepted) > 1 and last.accepted[-1].id == eos, method
         # Nothing after an EOS is verified: the step drafted nothing past it (on the trunk or a branch), rejected
         # nothing, and no branch of its tree goes on after one.
-        assert [t.id for t in last.drafted] == [t.id for t in last.accepted] and not last.rejected, method
+        assert [t.id for t in last.drafted] == [
+            t.id for t in last.accepted
+        ] and not last.rejected, method
         assert all(eos not in [t.id for t in branch[:-1]] for branch in last.branches), method
         if where == "trunk":
             assert last.branch is None and last.trunk_accepted == len(last.accepted), method

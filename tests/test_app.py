@@ -11,13 +11,21 @@ import re
 import time
 
 import pytest
-from gradio_client.exceptions import AppError, ValidationError
+from gradio_client.exceptions import ValidationError
 
 from app_server import app_server  # noqa: F401  (the fixture)
 
 CODE_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
-STAT_KEYS = {"new_tokens", "target_forwards", "drafted_tokens", "accepted_tokens", "seconds", "tokens_per_second",
-             "tokens_per_forward", "acceptance_rate"}
+STAT_KEYS = {
+    "new_tokens",
+    "target_forwards",
+    "drafted_tokens",
+    "accepted_tokens",
+    "seconds",
+    "tokens_per_second",
+    "tokens_per_forward",
+    "acceptance_rate",
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +46,11 @@ def assert_serving(client):
 
 def committed(steps: list[dict]) -> list[dict]:
     """The tokens the steps committed, in order: each step's accepted drafts, then the target's own token."""
-    return [t for step in steps for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])]
+    return [
+        t
+        for step in steps
+        for t in step["accepted"] + ([step["target_token"]] if step["target_token"] else [])
+    ]
 
 
 def test_race_returns_identical_lanes_with_stats(client):
@@ -46,7 +58,11 @@ def test_race_returns_identical_lanes_with_stats(client):
 
     assert set(result) == {"vanilla", "ouroboros"}
     # float32, the embedded pair's dtype: identical, never a tie.
-    assert result["ouroboros"].pop("verdict") == {"kind": "identical", "first_difference": None, "margin": None}
+    assert result["ouroboros"].pop("verdict") == {
+        "kind": "identical",
+        "first_difference": None,
+        "margin": None,
+    }
     for method, lane in result.items():
         assert lane["sampling"] is None, method  # greedy
         assert isinstance(lane["text"], str), method
@@ -71,11 +87,15 @@ def test_race_returns_identical_lanes_with_stats(client):
     # Each lane's steps, accepted drafts then the target's own token, add up to exactly its token ids.
     for method, lane in result.items():
         steps = lane["steps"]
-        assert [step["index"] for step in steps] == list(range(lane["stats"]["target_forwards"])), method
+        assert [step["index"] for step in steps] == list(range(lane["stats"]["target_forwards"])), (
+            method
+        )
         assert [t["id"] for t in committed(steps)] == lane["token_ids"], method
         assert "".join(t["text"] for t in committed(steps)) == lane["text"], method
     assert all(step["drafted"] == [] for step in vanilla["steps"])
-    assert any(step["accepted"] for step in ouroboros["steps"]), "the race should accept some drafts"
+    assert any(step["accepted"] for step in ouroboros["steps"]), (
+        "the race should accept some drafts"
+    )
 
 
 def test_race_respects_one_token(client):
@@ -85,22 +105,43 @@ def test_race_respects_one_token(client):
         assert lane["stats"]["new_tokens"] == 1
 
 
-@pytest.mark.parametrize("prompt, max_new_tokens, expected", [
-    ("", 16, "prompt is empty"),
-    ("   \n\t ", 16, "prompt is empty"),
-    (None, 16, "prompt is empty"),
-    ("x" * 32001, 16, "32,000"),
-    ("def f():\n" * 1000, 128, "leaves room for 1,920"),  # fits the character cap, not the context
-    (CODE_PROMPT, 0, "max new tokens"),
-    (CODE_PROMPT, -5, "max new tokens"),
-    (CODE_PROMPT, 10**9, "max new tokens"),
-    (CODE_PROMPT, 2.5, "max new tokens"),
-    (CODE_PROMPT, "many", "max new tokens"),
-    (CODE_PROMPT, None, "max new tokens"),
-    (CODE_PROMPT, "inf", "max new tokens"),
-    (CODE_PROMPT, "nan", "max new tokens"),
-], ids=["empty", "blank", "none-prompt", "prompt-too-long", "prompt-over-context", "zero", "negative", "huge",
-        "fractional", "not-a-number", "none-tokens", "infinite", "nan"])
+@pytest.mark.parametrize(
+    "prompt, max_new_tokens, expected",
+    [
+        ("", 16, "prompt is empty"),
+        ("   \n\t ", 16, "prompt is empty"),
+        (None, 16, "prompt is empty"),
+        ("x" * 32001, 16, "32,000"),
+        (
+            "def f():\n" * 1000,
+            128,
+            "leaves room for 1,920",
+        ),  # fits the character cap, not the context
+        (CODE_PROMPT, 0, "max new tokens"),
+        (CODE_PROMPT, -5, "max new tokens"),
+        (CODE_PROMPT, 10**9, "max new tokens"),
+        (CODE_PROMPT, 2.5, "max new tokens"),
+        (CODE_PROMPT, "many", "max new tokens"),
+        (CODE_PROMPT, None, "max new tokens"),
+        (CODE_PROMPT, "inf", "max new tokens"),
+        (CODE_PROMPT, "nan", "max new tokens"),
+    ],
+    ids=[
+        "empty",
+        "blank",
+        "none-prompt",
+        "prompt-too-long",
+        "prompt-over-context",
+        "zero",
+        "negative",
+        "huge",
+        "fractional",
+        "not-a-number",
+        "none-tokens",
+        "infinite",
+        "nan",
+    ],
+)
 def test_bad_input_gets_a_clear_error(client, prompt, max_new_tokens, expected):
     with pytest.raises(ValidationError) as error:
         race(client, prompt, max_new_tokens)
@@ -129,10 +170,17 @@ def test_cancelled_job_ends_its_race_and_leaves_the_app_serving(client, app_serv
     assert job.outputs(), "the race never streamed"
     job.cancel()
     assert_serving(client)
-    if hasattr(app_server, "log_text"):  # the server itself stopped the race short of its 512 tokens
-        ended = [re.findall(r"(\w+) (\d+) tokens (\w+)", line) for line in app_server.log_text().splitlines()
-                 if "race api:" in line]
-        assert ended and all(int(tokens) < 512 and how != "length" for _, tokens, how in ended[-2]), ended[-2:]
+    if hasattr(
+        app_server, "log_text"
+    ):  # the server itself stopped the race short of its 512 tokens
+        ended = [
+            re.findall(r"(\w+) (\d+) tokens (\w+)", line)
+            for line in app_server.log_text().splitlines()
+            if "race api:" in line
+        ]
+        assert ended and all(
+            int(tokens) < 512 and how != "length" for _, tokens, how in ended[-2]
+        ), ended[-2:]
 
 
 def test_html_prompt_is_just_text(client):
@@ -145,7 +193,9 @@ def test_html_prompt_is_just_text(client):
 
 def test_a_sampled_race_is_identical_repeats_with_its_seed_and_differs_from_greedy(client):
     def sampled(seed):
-        return client.predict(CODE_PROMPT, 48, None, None, None, None, 0.8, 0.95, seed, api_name="/race")
+        return client.predict(
+            CODE_PROMPT, 48, None, None, None, None, 0.8, 0.95, seed, api_name="/race"
+        )
 
     greedy = race(client, CODE_PROMPT, 48)
     first, again, other = sampled(7), sampled(7), sampled(8)
@@ -154,32 +204,47 @@ def test_a_sampled_race_is_identical_repeats_with_its_seed_and_differs_from_gree
         assert result["ouroboros"]["verdict"]["kind"] == "identical"
         for lane in ("vanilla", "ouroboros"):
             assert [t["id"] for t in committed(result[lane]["steps"])] == result[lane]["token_ids"]
-    assert first["vanilla"]["sampling"] == first["ouroboros"]["sampling"] == {"temperature": 0.8, "top_p": 0.95,
-                                                                               "seed": 7}
+    assert (
+        first["vanilla"]["sampling"]
+        == first["ouroboros"]["sampling"]
+        == {"temperature": 0.8, "top_p": 0.95, "seed": 7}
+    )
     assert greedy["ouroboros"]["sampling"] is None
     assert first["vanilla"]["token_ids"] == again["vanilla"]["token_ids"]
     assert first["vanilla"]["token_ids"] != greedy["vanilla"]["token_ids"]
     assert first["vanilla"]["token_ids"] != other["vanilla"]["token_ids"]
     # No seed: the race picks one, reports it, and that seed repeats the race.
-    unseeded = client.predict(CODE_PROMPT, 48, None, None, None, None, 0.8, 0.95, None, api_name="/race")
+    unseeded = client.predict(
+        CODE_PROMPT, 48, None, None, None, None, 0.8, 0.95, None, api_name="/race"
+    )
     seed = unseeded["ouroboros"]["sampling"]["seed"]
     assert isinstance(seed, int)
     assert sampled(seed)["ouroboros"]["token_ids"] == unseeded["ouroboros"]["token_ids"]
 
 
-@pytest.mark.parametrize("temperature,top_p,seed,expected", [
-    (-0.1, 1.0, 1, "Temperature must be a number from 0 to 2"), (0.8, 0.0, 1, "Top-p must be a number from 0.05 to 1"),
-    (0.8, 1.0, -1, "Seed must be a whole number from 0 to 2147483647"), (0.8, 1.0, 1.5, "Seed must be a whole number")])
+@pytest.mark.parametrize(
+    "temperature,top_p,seed,expected",
+    [
+        (-0.1, 1.0, 1, "Temperature must be a number from 0 to 2"),
+        (0.8, 0.0, 1, "Top-p must be a number from 0.05 to 1"),
+        (0.8, 1.0, -1, "Seed must be a whole number from 0 to 2147483647"),
+        (0.8, 1.0, 1.5, "Seed must be a whole number"),
+    ],
+)
 def test_bad_sampling_settings_get_a_clear_error(client, temperature, top_p, seed, expected):
     with pytest.raises(ValidationError, match=expected):
-        client.predict(CODE_PROMPT, 8, None, None, None, None, temperature, top_p, seed, api_name="/race")
+        client.predict(
+            CODE_PROMPT, 8, None, None, None, None, temperature, top_p, seed, api_name="/race"
+        )
 
 
 def test_the_idle_app_uses_under_one_percent_of_a_core(app_server):  # noqa: F811
     psutil = pytest.importorskip("psutil")
     process = getattr(app_server, "process", None)
     if process is None:
-        pytest.skip("the app at $OUROBOROS_APP_URL runs elsewhere: its CPU cannot be read from here")
+        pytest.skip(
+            "the app at $OUROBOROS_APP_URL runs elsewhere: its CPU cannot be read from here"
+        )
     server = psutil.Process(process.pid)
     time.sleep(2)  # a race cancelled by the test before winds down
     before, started = server.cpu_times(), time.monotonic()
@@ -198,10 +263,17 @@ def test_a_bad_call_is_refused_at_once_while_a_race_holds_the_device(client):
     deadline = time.monotonic() + 120
     while not job.outputs() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert job.outputs() and not job.done(), "the race should hold the device while the bad call arrives"
-    for args, message in ((("",), "prompt: Prompt is empty"),
-                          ((["def f():"], 8), "prompt: Prompt must be text (a string), got list"),
-                          ((CODE_PROMPT, 8, None, None, None, None, 0.8, 1.0, 1.5), "seed: Seed must be a whole number")):
+    assert job.outputs() and not job.done(), (
+        "the race should hold the device while the bad call arrives"
+    )
+    for args, message in (
+        (("",), "prompt: Prompt is empty"),
+        ((["def f():"], 8), "prompt: Prompt must be text (a string), got list"),
+        (
+            (CODE_PROMPT, 8, None, None, None, None, 0.8, 1.0, 1.5),
+            "seed: Seed must be a whole number",
+        ),
+    ):
         started = time.perf_counter()
         with pytest.raises(ValidationError, match=re.escape(message)):
             client.predict(*args, api_name="/race")

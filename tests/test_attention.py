@@ -27,7 +27,9 @@ def tree_call(rows: int, past: int, seed: int = 0):
     mask = torch.zeros(1, 1, rows, past + rows)
     mask[..., past:] = torch.full((rows, rows), torch.finfo(torch.float32).min).triu(1)
     if rows > 2:
-        mask[0, 0, -1, past + 1] = torch.finfo(torch.float32).min  # a branch row that does not see row 1
+        mask[0, 0, -1, past + 1] = torch.finfo(
+            torch.float32
+        ).min  # a branch row that does not see row 1
     return query, key, value, mask
 
 
@@ -42,8 +44,10 @@ def test_a_masked_forward_of_several_rows_equals_transformers_sdpa(rows, past):
 
 def test_one_row_and_unmasked_calls_are_transformers_own(monkeypatch):
     calls = []
-    monkeypatch.setattr("ouroboros_core.attention.sdpa_attention_forward",
-                        lambda *args, **kwargs: calls.append(args[1].shape[2]) or ("theirs", None))
+    monkeypatch.setattr(
+        "ouroboros_core.attention.sdpa_attention_forward",
+        lambda *args, **kwargs: calls.append(args[1].shape[2]) or ("theirs", None),
+    )
     query, key, value, mask = tree_call(1, 10)
     assert tree_sdpa(Grouped(), query, key, value, mask)[0] == "theirs"
     query, key, value, _ = tree_call(5, 10)
@@ -56,8 +60,9 @@ def target(eos_id):
     return build_model("llama", eos_id, attn="sdpa", layers=2, hidden=48, seed=3)
 
 
-def test_the_engine_routes_its_target_through_the_tree_attention_and_stays_lossless(target, eos_id,
-                                                                                     tokenizer):
+def test_the_engine_routes_its_target_through_the_tree_attention_and_stays_lossless(
+    target, eos_id, tokenizer
+):
     draft = noisy_copy(target, 0.3, seed=5)
     engine = Engine(target, draft, tokenizer)
     assert target.config._attn_implementation == NAME

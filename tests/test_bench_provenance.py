@@ -29,16 +29,42 @@ def test_the_bench_json_records_its_provenance(tmp_path):
     prompts, out = tmp_path / "prompts.jsonl", tmp_path / "bench.json"
     prompts.write_text('{"prompt": "def a():\\n"}\n')
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "ouroboros_core", "bench", "--prompts", str(prompts), "--methods",
-                           "vanilla", "--max-new-tokens", "2", "--device", "cpu", "--no-progress", "--out", str(out),
-                           "--target", str(pair / "target"), "--draft", str(pair / "draft")],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ouroboros_core",
+            "bench",
+            "--prompts",
+            str(prompts),
+            "--methods",
+            "vanilla",
+            "--max-new-tokens",
+            "2",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--out",
+            str(out),
+            "--target",
+            str(pair / "target"),
+            "--draft",
+            str(pair / "draft"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     made = json.loads(out.read_text())["provenance"]
 
     head = git("rev-parse", "HEAD")
     if head.returncode == 0:  # this checkout: the commit it ran, and whether it differed from it
-        assert re.fullmatch(r"[0-9a-f]{40}", made["commit"]) and made["commit"] == head.stdout.strip()
+        assert (
+            re.fullmatch(r"[0-9a-f]{40}", made["commit"]) and made["commit"] == head.stdout.strip()
+        )
         assert made["dirty"] is bool(git("status", "--porcelain").stdout.strip())
     else:  # a copy without git history says so rather than guessing
         assert made["commit"] is None and made["dirty"] is None
@@ -51,25 +77,44 @@ def test_the_bench_json_records_its_provenance(tmp_path):
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         lines = cpuinfo.read_text().splitlines()
-        model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+        model = next(
+            (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None
+        )
         assert model is None or made["cpu"] == model
-        flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith(("flags", "Features"))), [])
+        flags = next(
+            (
+                line.split(":", 1)[1].split()
+                for line in lines
+                if line.startswith(("flags", "Features"))
+            ),
+            [],
+        )
         assert made["cpu_flags"] == [flag for flag in bench_report.SPEED_FLAGS if flag in flags]
 
     assert made["python"] == platform.python_version()
     assert made["torch"] == torch.__version__ and made["transformers"] == transformers.__version__
     assert isinstance(made["torch_threads"], int) and made["torch_threads"] >= 1
     assert made["device"] == "cpu" and made["dtype"] == "float32"
-    assert made["command"].startswith("python3 -m ouroboros_core bench ") and f"--out {out}" in made["command"]
+    assert (
+        made["command"].startswith("python3 -m ouroboros_core bench ")
+        and f"--out {out}" in made["command"]
+    )
 
 
 def test_provenance_outside_a_git_checkout(monkeypatch):
     """No git, or no repository: the commit is None, not a guess, and the rest is still recorded."""
+
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")
 
     monkeypatch.setattr(bench_report.subprocess, "run", no_git)
-    engine = SimpleNamespace(target=SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32))
+    engine = SimpleNamespace(
+        target=SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32)
+    )
     made = bench_report.provenance(engine)
     assert made["commit"] is None and made["dirty"] is None
-    assert made["device"] == "cpu" and made["dtype"] == "float32" and made["torch"] == torch.__version__
+    assert (
+        made["device"] == "cpu"
+        and made["dtype"] == "float32"
+        and made["torch"] == torch.__version__
+    )

@@ -19,8 +19,14 @@ from pace import scaled
 sync_api = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 HOSTILE = "<script>window.__pwned = 1</script><b>bold?</b>\n"
 CODE_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
@@ -92,7 +98,9 @@ def browser():
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM}")
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
         yield browser
         browser.close()
 
@@ -109,7 +117,10 @@ def open_context(browser, width: int = 1280, height: int = 1000):
 def open_page(context, url: str):
     """A freshly loaded page (a new visitor session on the server) that can reach nothing but the app."""
     page = context.new_page()
-    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(url) else route.abort())
+    page.route(
+        "**/*",
+        lambda route: route.continue_() if route.request.url.startswith(url) else route.abort(),
+    )
     page.errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
     page.goto(url, wait_until="domcontentloaded")
@@ -135,7 +146,10 @@ def page(context, app_server):  # noqa: F811
 def set_slider(page, label: str, value) -> None:
     """Type a value into a slider's number box and wait until the slider itself holds it (the page reads the
     slider's value when Run is pressed)."""
-    box, slider = page.get_by_label(f"number input for {label}"), page.get_by_label(f"range slider for {label}")
+    box, slider = (
+        page.get_by_label(f"number input for {label}"),
+        page.get_by_label(f"range slider for {label}"),
+    )
     # A slider in an accordion that has just opened is drawn, then drawn again: a value typed into the first
     # drawing is lost (seen once in CI on a loaded machine). Type it again until the slider holds it.
     for attempt in range(SLIDER_TRIES):
@@ -143,7 +157,9 @@ def set_slider(page, label: str, value) -> None:
         box.press("Enter")
         box.blur()
         try:  # the last try waits as long as every other wait in these tests
-            sync_api.expect(slider).to_have_value(str(value), **({} if attempt == SLIDER_TRIES - 1 else WAIT))
+            sync_api.expect(slider).to_have_value(
+                str(value), **({} if attempt == SLIDER_TRIES - 1 else WAIT)
+            )
             return
         except AssertionError:
             if attempt == SLIDER_TRIES - 1:
@@ -160,7 +176,9 @@ def is_join(request) -> bool:
 
 def is_race_join(request) -> bool:
     """The race's own request (the step before it, which checks and arms it, carries the prompt too)."""
-    return is_join(request) and json.loads(request.post_data)["fn_index"] == step_index(request.url, "race_ui")
+    return is_join(request) and json.loads(request.post_data)["fn_index"] == step_index(
+        request.url, "race_ui"
+    )
 
 
 def start_race(page, prompt: str, max_new_tokens: int) -> None:
@@ -192,7 +210,8 @@ def save_screenshot(page, tmp_path) -> None:
 
 def background_colours(page, selector: str) -> dict[str, set[str]]:
     """{token class: the computed background colours of the elements under selector that carry it}."""
-    found = page.evaluate("""selector => {
+    found = page.evaluate(
+        """selector => {
         const out = {};
         for (const element of document.querySelectorAll(selector)) {
             const colour = getComputedStyle(element).backgroundColor;
@@ -201,7 +220,9 @@ def background_colours(page, selector: str) -> dict[str, set[str]]:
             }
         }
         return out;
-    }""", selector)
+    }""",
+        selector,
+    )
     return {name: set(colours) for name, colours in found.items()}
 
 
@@ -218,19 +239,27 @@ def test_race_renders_coloured_identical_lanes_and_never_runs_prompt_html(page, 
     assert "Identical" in badge
     spans = page.locator("#lane-ouroboros .tok")
     assert spans.count() > 0
-    classes = [set(names.split()) & TOKEN_CLASSES
-               for names in spans.evaluate_all("spans => spans.map(s => s.className)")]
+    classes = [
+        set(names.split()) & TOKEN_CLASSES
+        for names in spans.evaluate_all("spans => spans.map(s => s.className)")
+    ]
     assert all(len(names) == 1 for names in classes), classes
     shown = set().union(*classes)
     # Colouring at work: tokens Ouroboros got without a target forward of their own are marked as such.
-    assert {"tok-prompt", "tok-draft"} <= shown, f"the lane marks its tokens only as {sorted(shown)}"
+    assert {"tok-prompt", "tok-draft"} <= shown, (
+        f"the lane marks its tokens only as {sorted(shown)}"
+    )
     assert "tok-target" in shown  # the target's own token after each accepted run
     # Each kind is drawn in a colour of its own, the one the legend shows, and the target's own tokens stay
     # unmarked (the legend carries all four kinds, so the pool's colour is checked there).
     legend = background_colours(page, ".legend .tok")
     in_lane = background_colours(page, "#lane-ouroboros .tok")
-    assert set(legend) == TOKEN_CLASSES and all(len(colours) == 1 for colours in legend.values()), legend
-    assert len(set().union(*legend.values())) == len(TOKEN_CLASSES), f"two kinds share a colour: {legend}"
+    assert set(legend) == TOKEN_CLASSES and all(len(colours) == 1 for colours in legend.values()), (
+        legend
+    )
+    assert len(set().union(*legend.values())) == len(TOKEN_CLASSES), (
+        f"two kinds share a colour: {legend}"
+    )
     assert legend["tok-target"] == {"rgba(0, 0, 0, 0)"}, legend
     for name, colours in in_lane.items():
         assert colours == legend[name], (name, colours, legend[name])
@@ -242,13 +271,17 @@ def test_race_renders_coloured_identical_lanes_and_never_runs_prompt_html(page, 
     assert "line-through" in first["line"], first
     assert first["color"] != first["text_color"], first
     assert page.locator("#lane-ouroboros .cursor").count() == 0  # the lane finished
-    assert page.locator("#lane-ouroboros s.tok-rejected").count() == 0  # rejections show for their step only
+    assert (
+        page.locator("#lane-ouroboros s.tok-rejected").count() == 0
+    )  # rejections show for their step only
     assert page.locator(".legend").is_visible()
     for lane in ("vanilla", "ouroboros"):
         assert "tok/s" in page.locator(f"#stats-{lane}").inner_text()
     assert 1 <= lane_tokens(page, "vanilla") == lane_tokens(page, "ouroboros") <= 48
-    assert (page.locator("#lane-vanilla").inner_text().strip()
-            == page.locator("#lane-ouroboros").inner_text().strip())
+    assert (
+        page.locator("#lane-vanilla").inner_text().strip()
+        == page.locator("#lane-ouroboros").inner_text().strip()
+    )
     # The prompt stays text: nothing from it runs or renders as markup anywhere.
     assert page.evaluate("() => typeof window.__pwned") == "undefined"
     lanes = page.locator("#lane-vanilla, #lane-ouroboros")
@@ -262,8 +295,12 @@ def test_stop_ends_a_long_race_and_the_page_runs_again(page):
     # on the page's main thread: by the time a locator-driven click lands the race is over. A raw mouse click
     # at a spot measured beforehand goes in as input, as a visitor's would.
     start_race(page, CODE_PROMPT, 512)
-    page.locator("#lane-ouroboros .cursor").wait_for()  # the run is streaming, so it is under way on the server
-    stop = page.locator("#stop-near").bounding_box()  # Run scrolled the race into view, with this Stop beside it
+    page.locator(
+        "#lane-ouroboros .cursor"
+    ).wait_for()  # the run is streaming, so it is under way on the server
+    stop = page.locator(
+        "#stop-near"
+    ).bounding_box()  # Run scrolled the race into view, with this Stop beside it
     page.mouse.click(stop["x"] + stop["width"] / 2, stop["y"] + stop["height"] / 2)
     badge = finished_badge(page)
 
@@ -301,24 +338,35 @@ def test_stop_while_waiting_in_the_queue_is_not_lost(page, app_server):  # noqa:
     event_ids = {}
     # Stop only once the race itself has joined the queue (after whatever Run does first).
     for name, button, joined in (("race", "#run", is_race_join), ("stop", "#stop-near", is_join)):
-        box = run if name == "race" else page.locator(button).bounding_box()  # Run scrolled to the race's Stop
+        box = (
+            run if name == "race" else page.locator(button).bounding_box()
+        )  # Run scrolled to the race's Stop
         with page.expect_response(lambda response: joined(response.request)) as response:
             page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         event_ids[name] = response.value.json()["event_id"]
-    page.wait_for_function("id => window.__queue_messages.some(([msg, event]) => msg === 'process_completed' "
-                           "&& event === id)", arg=event_ids["stop"])
+    page.wait_for_function(
+        "id => window.__queue_messages.some(([msg, event]) => msg === 'process_completed' "
+        "&& event === id)",
+        arg=event_ids["stop"],
+    )
     messages = page.evaluate("window.__queue_messages")
     for job in busy:
         job.cancel()
     started_first = ["process_starts", event_ids["race"]] in messages
-    assert not started_first, "the race started before the Stop was handled: eight races ended within two clicks"
+    assert not started_first, (
+        "the race started before the Stop was handled: eight races ended within two clicks"
+    )
 
     # The race starts with its stop flag set, so it ends before its first step: any token means Stop was lost.
     page.wait_for_function("""() => document.querySelector('#badge .badge')
         || /[1-9][0-9]* tokens?/.test(document.querySelector('#stats-vanilla').innerText)""")
     stats = page.locator("#stats-vanilla").inner_text()
-    assert page.locator("#badge .badge").count(), f"Stop pressed while the race was queued was ignored: {stats}"
-    assert "Stopped" in finished_badge(page), f"Stop pressed while the race was queued was ignored: {stats}"
+    assert page.locator("#badge .badge").count(), (
+        f"Stop pressed while the race was queued was ignored: {stats}"
+    )
+    assert "Stopped" in finished_badge(page), (
+        f"Stop pressed while the race was queued was ignored: {stats}"
+    )
 
     start_race(page, CODE_PROMPT, 8)
     sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical")
@@ -330,7 +378,9 @@ def test_a_bad_input_gets_one_message_beside_it_and_no_error_over_the_outputs(pa
     # toast, no "Error" over every output (an earlier page showed 16 error marks and a toast for this).
     page.locator("#prompt textarea").fill("   ")
     page.locator("#run").click()
-    sync_api.expect(page.locator("#prompt")).to_contain_text("Prompt is empty: type some code or pick an example.")
+    sync_api.expect(page.locator("#prompt")).to_contain_text(
+        "Prompt is empty: type some code or pick an example."
+    )
     page.wait_for_timeout(500)
     assert page.locator(".error").count() == 0 and page.locator(".toast-body").count() == 0
     assert page.get_by_text("Error", exact=True).count() == 0
@@ -352,7 +402,9 @@ def test_clear_empties_the_lanes(page):
     assert page.errors == []
 
 
-RACE_LINE = re.compile(r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ouroboros (\d+) tokens (\S+) [\d.]+ s")
+RACE_LINE = re.compile(
+    r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ouroboros (\d+) tokens (\S+) [\d.]+ s"
+)
 
 
 def test_closing_the_tab_mid_race_frees_the_device(browser, page, app_server):  # noqa: F811
@@ -367,8 +419,12 @@ def test_closing_the_tab_mid_race_frees_the_device(browser, page, app_server):  
     try:
         leaving_context.set_default_timeout(RACE_TIMEOUT_MS)
         leaving = leaving_context.new_page()
-        leaving.route("**/*", lambda route: route.continue_() if route.request.url.startswith(app_server.url)
-                      else route.abort())
+        leaving.route(
+            "**/*",
+            lambda route: (
+                route.continue_() if route.request.url.startswith(app_server.url) else route.abort()
+            ),
+        )
         leaving.goto(app_server.url, wait_until="domcontentloaded")
         leaving.locator("#run").wait_for()
         start_race(leaving, CODE_PROMPT, 512)
@@ -388,13 +444,24 @@ def test_closing_the_tab_mid_race_frees_the_device(browser, page, app_server):  
 
     # The closed tab's race ended early: its line ("race <session>: ...") has a lane cut short.
     def stopped_races():
-        lines = [RACE_LINE.search(line) for line in app_server.log_text().splitlines() if line not in before]
-        return [match for match in lines if match and match.group(1) != "api"
-                and {match.group(3), match.group(5)} & {"cancelled", "unfinished"}]
+        lines = [
+            RACE_LINE.search(line)
+            for line in app_server.log_text().splitlines()
+            if line not in before
+        ]
+        return [
+            match
+            for match in lines
+            if match
+            and match.group(1) != "api"
+            and {match.group(3), match.group(5)} & {"cancelled", "unfinished"}
+        ]
 
     deadline = time.monotonic() + 30
     while not stopped_races() and time.monotonic() < deadline:
         time.sleep(0.5)
     stopped = stopped_races()
     assert stopped, f"the closed tab's race was not stopped:\n{app_server.log_text()}"
-    assert all(int(match.group(2)) < 512 for match in stopped), [match.group(0) for match in stopped]
+    assert all(int(match.group(2)) < 512 for match in stopped), [
+        match.group(0) for match in stopped
+    ]

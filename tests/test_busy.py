@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from ouroboros_core.cpu import BUSY_SHARE, RETRY_S, WINDOW_S, BusyWatch, fastest_threads, thread_candidates
+from ouroboros_core.cpu import (
+    BUSY_SHARE,
+    RETRY_S,
+    WINDOW_S,
+    BusyWatch,
+    fastest_threads,
+    thread_candidates,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,8 +44,14 @@ class Machine:
 def watched(chosen: int = 2, fixed: bool = False):
     machine = Machine()
     lines = []
-    watch = BusyWatch(chosen, machine.set_threads, clock=lambda: machine.now, cpu=lambda: machine.used,
-                      log=lines.append, fixed=fixed)
+    watch = BusyWatch(
+        chosen,
+        machine.set_threads,
+        clock=lambda: machine.now,
+        cpu=lambda: machine.used,
+        log=lines.append,
+        fixed=fixed,
+    )
     return machine, watch, lines
 
 
@@ -71,7 +84,9 @@ def test_a_count_the_host_fixed_is_kept_but_busy_windows_are_counted():
     machine, watch, lines = watched(fixed=True)
     for _ in range(30):
         machine.step(watch, 0.4)
-    assert watch.threads == 2 and machine.threads is None and watch.busy_windows >= 5 and lines == []
+    assert (
+        watch.threads == 2 and machine.threads is None and watch.busy_windows >= 5 and lines == []
+    )
     assert "OUROBOROS_THREADS" in watch.fit(lambda: None)
 
 
@@ -82,12 +97,15 @@ def test_one_slow_step_is_not_a_busy_machine():
     assert watch.threads == 2 and watch.busy_windows == 0 and watch.last_share > BUSY_SHARE
 
 
-@pytest.mark.parametrize("times, expected", [
-    ({1: 1.0, 2: 0.7}, 2),
-    ({1: 1.0, 2: 0.97}, 1),  # within 5%: fewer threads
-    ({1: 1.0, 2: 1.3}, 1),
-    ({1: 1.0, 2: 0.8, 3: 0.78, 4: 0.6}, 4),
-])
+@pytest.mark.parametrize(
+    "times, expected",
+    [
+        ({1: 1.0, 2: 0.7}, 2),
+        ({1: 1.0, 2: 0.97}, 1),  # within 5%: fewer threads
+        ({1: 1.0, 2: 1.3}, 1),
+        ({1: 1.0, 2: 0.8, 3: 0.78, 4: 0.6}, 4),
+    ],
+)
 def test_the_fastest_count_is_kept_and_ties_go_to_fewer_threads(times, expected):
     machine = Machine()
 
@@ -112,7 +130,9 @@ def test_a_count_twice_as_slow_is_timed_once():
 
 def test_fit_logs_the_measured_times_and_keeps_the_choice():
     machine, watch, _ = watched(chosen=2)
-    line = watch.fit(lambda: setattr(machine, "now", machine.now + (0.5 if machine.threads == 1 else 0.3)))
+    line = watch.fit(
+        lambda: setattr(machine, "now", machine.now + (0.5 if machine.threads == 1 else 0.3))
+    )
     assert watch.chosen == watch.threads == machine.threads == 2
     assert line == "torch threads: 2 of up to 2, the fastest on a short race (1: 0.50 s, 2: 0.30 s)"
 
@@ -150,14 +170,22 @@ RACER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs two cores to pin a neighbour onto")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two cores to pin a neighbour onto",
+)
 def test_a_neighbour_on_our_cores_makes_a_real_race_fall_back_to_one_thread():
     cores = sorted(os.sched_getaffinity(0))[:2]
     neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(cores[1])])
     try:
-        out = subprocess.run([sys.executable, "-c", RACER, ",".join(map(str, cores))], cwd=ROOT, timeout=180,
-                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        out = subprocess.run(
+            [sys.executable, "-c", RACER, ",".join(map(str, cores))],
+            cwd=ROOT,
+            timeout=180,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     finally:
         neighbour.kill()
     assert out.returncode == 0, out.stderr[-2000:]

@@ -10,13 +10,28 @@ from ouroboros_core.config import OuroborosConfig, SpeculativeConfig, knobs
 
 def test_each_knob_with_help_has_a_flag_and_reaches_each_method_that_has_it():
     flagged = flagged_knobs()
-    assert set(flagged) == {name for name, setting in knobs(OuroborosConfig).items()
-                            if setting.cli}
+    assert set(flagged) == {name for name, setting in knobs(OuroborosConfig).items() if setting.cli}
     assert {"pool_size", "prompt_lookup"}.isdisjoint(flagged)  # no help: no flag
-    args = build_parser().parse_args(["generate", "x", "--gamma", "3", "--guess-set", "5",
-                                      "--lookup-above", "0.2", "--temperature", "0.7"])
-    assert method_options(args, "ouroboros") == {"temperature": 0.7, "gamma": 3, "guess_set": 5,
-                                                 "lookup_above": 0.2}
+    args = build_parser().parse_args(
+        [
+            "generate",
+            "x",
+            "--gamma",
+            "3",
+            "--guess-set",
+            "5",
+            "--lookup-above",
+            "0.2",
+            "--temperature",
+            "0.7",
+        ]
+    )
+    assert method_options(args, "ouroboros") == {
+        "temperature": 0.7,
+        "gamma": 3,
+        "guess_set": 5,
+        "lookup_above": 0.2,
+    }
     assert set(knobs(SpeculativeConfig)) == {"gamma"}  # set by Ouroboros' --gamma
     assert method_options(args, "speculative") == {"temperature": 0.7, "gamma": 3}
     assert method_options(args, "vanilla") == {"temperature": 0.7}

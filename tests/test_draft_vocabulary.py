@@ -38,8 +38,12 @@ def test_the_lean_draft_scores_its_vocabulary_as_the_model_does_and_nothing_else
         expected = model(input_ids=ids).logits
     for rows in (1, 3, 20):  # int8 rows and the float32 prefill
         cache = decoder.new_cache()
-        got = decoder(input_ids=ids[:, :rows], position_ids=torch.arange(rows)[None], attention_mask=None,
-                      past_key_values=cache).logits
+        got = decoder(
+            input_ids=ids[:, :rows],
+            position_ids=torch.arange(rows)[None],
+            attention_mask=None,
+            past_key_values=cache,
+        ).logits
         assert got.shape == expected[:, :rows].shape
         assert torch.isinf(got[..., 1::2]).all() and (got[..., 1::2] < 0).all()
         kept, wanted = got[..., 0::2], expected[:, :rows, 0::2]
@@ -53,14 +57,22 @@ def test_a_narrowed_draft_keeps_every_method_lossless(narrowed, tokenizer):
     for method in ("speculative", "ouroboros"):
         result = engine.generate(PROMPT, method, N)
         assert result.token_ids == expected, method
-        drafted = [t.id for step in result.events for t in step.drafted if t.source.value == "draft"]
-        assert drafted and all(t % 2 == 0 for t in drafted), method  # the draft proposed its vocabulary alone
-    sampled = {m: engine.generate(PROMPT, m, N, temperature=0.8, top_p=0.95, seed=3).token_ids
-               for m in ("vanilla", "ouroboros")}
+        drafted = [
+            t.id for step in result.events for t in step.drafted if t.source.value == "draft"
+        ]
+        assert drafted and all(t % 2 == 0 for t in drafted), (
+            method
+        )  # the draft proposed its vocabulary alone
+    sampled = {
+        m: engine.generate(PROMPT, m, N, temperature=0.8, top_p=0.95, seed=3).token_ids
+        for m in ("vanilla", "ouroboros")
+    }
     assert sampled["vanilla"] == sampled["ouroboros"]
 
 
-@pytest.mark.parametrize("content", ["[]", "[1, 1]", "[-1]", "[100000]", "{\"ids\": [1]}", "not json"])
+@pytest.mark.parametrize(
+    "content", ["[]", "[1, 1]", "[-1]", "[100000]", '{"ids": [1]}', "not json"]
+)
 def test_a_broken_vocabulary_file_is_refused_with_its_path(narrowed, tmp_path, content):
     folder = tmp_path / "draft"
     shutil.copytree(narrowed[0], folder)

@@ -41,15 +41,22 @@ def target_generate(engine, prompt: str, max_new_tokens: int) -> list[int]:
     prompt_ids = engine.encode(prompt)
     input_ids = torch.tensor([prompt_ids])
     with torch.no_grad(), unpacked(engine.target):
-        out = engine.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                                     max_new_tokens=max_new_tokens, pad_token_id=engine.tokenizer.eos_token_id)
+        out = engine.target.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=engine.tokenizer.eos_token_id,
+        )
     new_ids = out[0, len(prompt_ids) :].tolist()
     assert len(new_ids) == max_new_tokens  # no EOS in these references: all N tokens are compared
     check_margin(engine.target, prompt_ids, new_ids)
     return new_ids
 
 
-@pytest.mark.parametrize("prompt", PROMPTS, ids=["has_close_elements", "truncate_number", "Point", "get_c"])
+@pytest.mark.parametrize(
+    "prompt", PROMPTS, ids=["has_close_elements", "truncate_number", "Point", "get_c"]
+)
 def test_every_method_equals_the_targets_own_generate(engine, prompt):
     expected = target_generate(engine, prompt, N)
     for method in ("vanilla", "speculative", "ouroboros"):
@@ -80,7 +87,9 @@ def test_the_draft_goes_on_while_sure_and_its_second_choices_stand_in(engine):
         assert result.token_ids == target_generate(engine, prompt, N)
         for step in result.events:
             extended += sum(t.source == Source.DRAFT for t in step.trunk) > 1
-            if step.branch is not None:  # the draft's own branches are its other choices (pool and copy: not DRAFT)
+            if (
+                step.branch is not None
+            ):  # the draft's own branches are its other choices (pool and copy: not DRAFT)
                 walked_second += step.branches[step.branch][0].source == Source.DRAFT
     assert extended > 0 and walked_second > 0, (extended, walked_second)
     # With both turned off the trunk is one draft forward and no branch is another choice.
@@ -98,10 +107,14 @@ def test_the_drafts_estimated_chances_match_how_often_its_guesses_are_the_target
     predicted, right, positions = [0.0, 0.0], [0, 0], 0
     for seed, prompt in enumerate(PROMPTS[:3]):
         prompt_ids = engine.encode(prompt)
-        out = engine.generate(prompt, "vanilla", 64, temperature=0.8, top_p=0.95, seed=seed).token_ids
+        out = engine.generate(
+            prompt, "vanilla", 64, temperature=0.8, top_p=0.95, seed=seed
+        ).token_ids
         sequence = prompt_ids + out
         with torch.no_grad():
-            logits = engine.draft(input_ids=torch.tensor([sequence])).logits[0, len(prompt_ids) - 1 : -1]
+            logits = engine.draft(input_ids=torch.tensor([sequence])).logits[
+                0, len(prompt_ids) - 1 : -1
+            ]
         keyed, ids = draft_guesses(logits, 0.8, seed, list(range(len(prompt_ids), len(sequence))))
         for row, token in enumerate(out):
             chances = guess_chances(keyed[row], 0.8).tolist()
@@ -112,7 +125,12 @@ def test_the_drafts_estimated_chances_match_how_often_its_guesses_are_the_target
     # Measured with the distilled draft: first guess 0.68 estimated, 0.69 right; second 0.14 and 0.15 (192 positions).
     assert right[0] / positions > 0.5, right
     for rank, tolerance in ((0, 0.08), (1, 0.06)):
-        assert abs(predicted[rank] - right[rank]) / positions < tolerance, (rank, predicted, right, positions)
+        assert abs(predicted[rank] - right[rank]) / positions < tolerance, (
+            rank,
+            predicted,
+            right,
+            positions,
+        )
 
 
 def alternatives(step) -> dict[int, list[int]]:
@@ -141,7 +159,9 @@ def test_sampled_the_drafts_third_choices_stand_in_too(engine):
                 walked = step.branches[step.branch]
                 at = step.attach[step.branch]
                 walked_later += found[at].index(walked[0].id) > 0
-                assert len(walked) <= 2  # another choice, and the draft's guess after it where the trunk went on
+                assert (
+                    len(walked) <= 2
+                )  # another choice, and the draft's guess after it where the trunk went on
                 walked_on += len(step.accepted) - step.trunk_accepted == 2
     assert crowded > 0 and walked_later > 0 and walked_on > 0, (crowded, walked_later, walked_on)
 
@@ -150,15 +170,23 @@ def test_sampled_lookup_copies_are_trimmed_to_what_stands_and_greedy_ones_are_no
     """lookup_above (0.05 by default): sampled, a context-lookup copy ends where its estimated chance of standing
     falls to the bar, so the pair verifies fewer copied tokens than with the bar at 0, and writes the same tokens.
     Greedy, copies keep their L tokens whatever the bar."""
+
     def copied(result) -> int:
-        return sum(len(b) for step in result.events for b in step.branches if b and b[0].source == Source.PROMPT)
+        return sum(
+            len(b)
+            for step in result.events
+            for b in step.branches
+            if b and b[0].source == Source.PROMPT
+        )
 
     sampled = {"temperature": 0.8, "top_p": 0.95, "seed": 3}
     for prompt in PROMPTS:
         trimmed = engine.generate(prompt, "ouroboros", N, **sampled)
         whole = engine.generate(prompt, "ouroboros", N, lookup_above=0.0, **sampled)
         assert trimmed.token_ids == whole.token_ids
-        greedy = [engine.generate(prompt, "ouroboros", N, lookup_above=above) for above in (0.0, 0.5)]
+        greedy = [
+            engine.generate(prompt, "ouroboros", N, lookup_above=above) for above in (0.0, 0.5)
+        ]
         assert greedy[0].token_ids == greedy[1].token_ids and copied(greedy[0]) == copied(greedy[1])
     # Over the prompts together: the repeating get_c prompt copies far, the others hardly.
     totals = [0, 0]

@@ -8,22 +8,34 @@ import math
 import pytest
 import torch
 
-from conftest import (ARCHITECTURES, TIE_MARGIN, build_model, check_margin, noisy_copy, reference_ids,
-                      token_margins)
+from conftest import (
+    ARCHITECTURES,
+    TIE_MARGIN,
+    build_model,
+    check_margin,
+    noisy_copy,
+    reference_ids,
+    token_margins,
+)
 from engine_checks import N, PROMPTS, REPETITIVE_PROMPTS, ids, run
 from ouroboros_core import Engine, Source
 
 # --- the references' distance from ties --------------------------------------------------------------------
 
+
 def test_token_margins_on_crafted_logits():
-    logits = torch.tensor([[0.0, 2.0, 1.0], [1.0, 1.0, 0.5], [3.0, 3.0 + 1e-6, 0.0], [0.0, 0.5, 0.5 + 5e-3]])
+    logits = torch.tensor(
+        [[0.0, 2.0, 1.0], [1.0, 1.0, 0.5], [3.0, 3.0 + 1e-6, 0.0], [0.0, 0.5, 0.5 + 5e-3]]
+    )
     margins = token_margins(logits, [1, 0, 0, 2])
     assert margins.tolist() == pytest.approx([1.0, 0.0, -1e-6, 5e-3], abs=1e-7)
     assert token_margins(logits, [2, 1, 1, 1])[0].item() == pytest.approx(-1.0)  # not the argmax
 
 
 def test_the_tie_check_fails_on_a_tie(tokenizer, models):
-    target = build_model("llama", models.eos_id, seed=0)  # the llama target's weights, a copy to change
+    target = build_model(
+        "llama", models.eos_id, seed=0
+    )  # the llama target's weights, a copy to change
     prompt_ids = tokenizer(PROMPTS[0])["input_ids"]
     expected = reference_ids(target, tokenizer, PROMPTS[0], 8)
     assert check_margin(target, prompt_ids, expected) > TIE_MARGIN
@@ -33,10 +45,14 @@ def test_the_tie_check_fails_on_a_tie(tokenizer, models):
     with torch.no_grad():
         head = target.get_output_embeddings().weight
         head[other] = head[expected[3]]
-    with pytest.raises(AssertionError, match=r"too close to a tie .* at \(position, lead\) \[\(3, 0\.0\)"):
+    with pytest.raises(
+        AssertionError, match=r"too close to a tie .* at \(position, lead\) \[\(3, 0\.0\)"
+    ):
         check_margin(target, prompt_ids, expected)
     with pytest.raises(AssertionError, match="too close to a tie"):
-        reference_ids(target, tokenizer, PROMPTS[0], 8)  # generate() picks one of the two: still refused
+        reference_ids(
+            target, tokenizer, PROMPTS[0], 8
+        )  # generate() picks one of the two: still refused
     # A lead under the margin but not a tie (the row scaled a hair below: the token's logit there is
     # positive), and a reference token that is no longer the argmax (scaled above), fail too.
     with torch.no_grad():
@@ -52,6 +68,7 @@ def test_the_tie_check_fails_on_a_tie(tokenizer, models):
 
 
 # --- lossless greedy decoding ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_vanilla_equals_generate(make_engine, models, reference, arch):
@@ -76,8 +93,11 @@ def test_whole_draft_accepted_when_draft_is_target(make_engine, models, referenc
             assert result.stats.target_forwards <= math.ceil(len(result.token_ids) / 5)
             if method == "speculative" and result.stop_reason == "max_new_tokens":
                 assert result.stats.acceptance_rate == 1.0
-                assert all(len(step.drafted) == min(4, N - 1 - sum(len(s.committed) for s in result.events[:i]))
-                           for i, step in enumerate(result.events))
+                assert all(
+                    len(step.drafted)
+                    == min(4, N - 1 - sum(len(s.committed) for s in result.events[:i]))
+                    for i, step in enumerate(result.events)
+                )
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -97,7 +117,9 @@ def test_partial_acceptance_with_a_noisy_draft(make_engine, models, reference, a
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_rejection_at_the_first_token_with_an_unrelated_draft(make_engine, models, reference, verdicts, arch):
+def test_rejection_at_the_first_token_with_an_unrelated_draft(
+    make_engine, models, reference, verdicts, arch
+):
     engine = make_engine(arch, "random")
     for method in ("speculative", "ouroboros"):
         for prompt in PROMPTS[:2]:
@@ -161,10 +183,14 @@ def test_real_eos_token_stops_and_is_left_out_of_the_text(tokenizer, models, ref
     # A target that says <|endoftext|> often: its EOS logit follows the input embedding of a token it
     # writes early on, so once that token is fed back the EOS logit is raised.
     target = build_model(arch, models.eos_id, seed=50 + ARCHITECTURES.index(arch))
-    trigger = reference_ids(target, tokenizer, PROMPTS[2], 8)[3]  # not memoised: the weights change below
+    trigger = reference_ids(target, tokenizer, PROMPTS[2], 8)[
+        3
+    ]  # not memoised: the weights change below
     with torch.no_grad():
         target.get_output_embeddings().weight[models.eos_id] *= 0
-        target.get_output_embeddings().weight[models.eos_id] += target.get_input_embeddings().weight[trigger] * 3
+        target.get_output_embeddings().weight[models.eos_id] += (
+            target.get_input_embeddings().weight[trigger] * 3
+        )
     engine = Engine(target, noisy_copy(target, 0.015, seed=1), tokenizer)
     stopped = 0
     for prompt in (PROMPTS[2], REPETITIVE_PROMPTS[0], REPETITIVE_PROMPTS[1]):
@@ -190,11 +216,16 @@ LOOPING_SEEDS = {"llama": 24, "qwen2": 43, "mistral": 49, "gpt2": 30}
 
 @pytest.fixture(scope="module")
 def looping_targets(models):
-    return {arch: build_model(arch, models.eos_id, seed=LOOPING_SEEDS[arch], init=0.1) for arch in ARCHITECTURES}
+    return {
+        arch: build_model(arch, models.eos_id, seed=LOOPING_SEEDS[arch], init=0.1)
+        for arch in ARCHITECTURES
+    }
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_a_branch_fully_matched_keeps_its_bonus_token(tokenizer, looping_targets, reference, verdicts, arch):
+def test_a_branch_fully_matched_keeps_its_bonus_token(
+    tokenizer, looping_targets, reference, verdicts, arch
+):
     target = looping_targets[arch]
     engine = Engine(target, target, tokenizer)
     full_matches = 0
@@ -221,8 +252,9 @@ def test_a_branch_fully_matched_keeps_its_bonus_token(tokenizer, looping_targets
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_context_lookup_branch_takes_over_from_a_rejected_draft(tokenizer, models, looping_targets, reference,
-                                                                 verdicts, arch):
+def test_context_lookup_branch_takes_over_from_a_rejected_draft(
+    tokenizer, models, looping_targets, reference, verdicts, arch
+):
     target = looping_targets[arch]
     engine = Engine(target, models.draft(arch, "noisy"), tokenizer)  # a draft that is often wrong
     from_root = 0
@@ -233,23 +265,45 @@ def test_context_lookup_branch_takes_over_from_a_rejected_draft(tokenizer, model
         assert result.token_ids == reference(target, prompt, 32)
         for (trunk, branches, verdict), step in zip(verdicts, result.events):
             if verdict.branch is not None and verdict.trunk_accepted < len(trunk):
-                from_root += 1  # the target rejected the draft's token and walked the lookup branch instead
+                from_root += (
+                    1  # the target rejected the draft's token and walked the lookup branch instead
+                )
                 branch = branches[verdict.branch]
                 assert ids(step.drafted) == trunk[: verdict.trunk_accepted] + branch
                 assert step.drafted[verdict.trunk_accepted].source == Source.PROMPT
-                assert ids(step.accepted) == (trunk[: verdict.trunk_accepted] + branch)[: len(step.accepted)]
+                assert (
+                    ids(step.accepted)
+                    == (trunk[: verdict.trunk_accepted] + branch)[: len(step.accepted)]
+                )
     assert from_root > 0, "no step walked a lookup branch past a rejected draft token"
 
 
 OUROBOROS_OPTIONS = [
-    {"window": 0}, {"lookup": 0}, {"lookup": 1}, {"lookup": 64, "branches": 0}, {"branches": 0}, {"window": 0, "branches": 0, "draft_candidates": 0, "prompt_lookup": False},
-    {"ngram": 2}, {"ngram": 3}, {"ngram": 5}, {"ngram": 6}, {"gamma": 1}, {"gamma": 2}, {"gamma": 3},
-    {"gamma": 8}, {"guess_set": 1}, {"draft_candidates": 0}, {"window": 1, "ngram": 2, "branches": 1},
-    {"pool_size": 1}, {"window": 16, "branches": 8, "draft_candidates": 6},
+    {"window": 0},
+    {"lookup": 0},
+    {"lookup": 1},
+    {"lookup": 64, "branches": 0},
+    {"branches": 0},
+    {"window": 0, "branches": 0, "draft_candidates": 0, "prompt_lookup": False},
+    {"ngram": 2},
+    {"ngram": 3},
+    {"ngram": 5},
+    {"ngram": 6},
+    {"gamma": 1},
+    {"gamma": 2},
+    {"gamma": 3},
+    {"gamma": 8},
+    {"guess_set": 1},
+    {"draft_candidates": 0},
+    {"window": 1, "ngram": 2, "branches": 1},
+    {"pool_size": 1},
+    {"window": 16, "branches": 8, "draft_candidates": 6},
 ]
 
 
-@pytest.mark.parametrize("options", OUROBOROS_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize(
+    "options", OUROBOROS_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items())
+)
 def test_ouroboros_options_stay_lossless(make_engine, models, reference, options):
     index = OUROBOROS_OPTIONS.index(options)
     arch = ARCHITECTURES[index % len(ARCHITECTURES)]

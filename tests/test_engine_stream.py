@@ -13,13 +13,16 @@ from ouroboros_core.engine import TextPieces
 
 # --- text pieces -----------------------------------------------------------------------------------------
 
+
 def test_text_pieces_split_multibyte_characters(tokenizer):
     text = "x = '中文' # 😀 naïve"
     token_ids = tokenizer(text)["input_ids"]
     pieces = TextPieces(tokenizer)
     out = [pieces.push(i) for i in token_ids]
     assert "".join(out) == text == pieces.finish()
-    assert "" in out, "a character spread over several tokens hands its earlier tokens an empty piece"
+    assert "" in out, (
+        "a character spread over several tokens hands its earlier tokens an empty piece"
+    )
     assert all("\ufffd" not in piece for piece in out)
     assert "😀" in out or any(piece.startswith("😀") or piece.endswith("😀") for piece in out)
 
@@ -33,6 +36,7 @@ def test_multibyte_prompt_keeps_the_piece_invariant(make_engine, models, referen
 
 
 # --- streaming, cancellation, warm pools -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("method", ["vanilla", "speculative", "ouroboros"])
 def test_stop_event_cancels_within_one_step(make_engine, method):
@@ -101,7 +105,9 @@ def test_warm_pool_across_requests_stays_lossless(make_engine, models, reference
 
 
 @pytest.mark.parametrize("method", ["vanilla", "ouroboros"])
-def test_the_loop_runs_in_inference_mode_and_leaves_the_callers_mode_alone(make_engine, models, reference, method):
+def test_the_loop_runs_in_inference_mode_and_leaves_the_callers_mode_alone(
+    make_engine, models, reference, method
+):
     """The loop's ops run under torch.inference_mode; between events the caller's code sees its own grad mode
     (a caller training something while it streams must still record gradients)."""
     import torch

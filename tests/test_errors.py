@@ -5,7 +5,14 @@ import re
 import pytest
 
 from conftest import CONTEXT, reference_ids
-from ouroboros_core import ConfigError, Engine, LoadError, OuroborosConfig, SamplingConfig, SpeculativeConfig
+from ouroboros_core import (
+    ConfigError,
+    Engine,
+    LoadError,
+    OuroborosConfig,
+    SamplingConfig,
+    SpeculativeConfig,
+)
 from ouroboros_core.models import check_vocabularies
 from ouroboros_core.tools.corpus import train_tokenizer
 
@@ -33,7 +40,10 @@ def test_prompt_that_is_not_text(engine):
 @pytest.mark.parametrize("prompt,where", [("def f():\ud800\n", 8), ("\udfff", 0)])
 def test_prompt_with_a_lone_surrogate(engine, prompt, where):
     code = f"U+{ord(prompt[where]):04X}"
-    with pytest.raises(ConfigError, match=re.escape(f"not valid Unicode text: a lone surrogate ({code}) at character {where}")):
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(f"not valid Unicode text: a lone surrogate ({code}) at character {where}"),
+    ):
         engine.stream(prompt, "vanilla", 8)
 
 
@@ -68,19 +78,29 @@ def test_prompt_longer_than_the_context_left(engine):
 
 @pytest.mark.parametrize("value", [0, -3, CONTEXT, 2.5, "16", None, True])
 def test_max_new_tokens_out_of_range_or_not_int(engine, value):
-    with pytest.raises(ConfigError, match=rf"max_new_tokens must be .*from 1 to {CONTEXT - 1}, got"):
+    with pytest.raises(
+        ConfigError, match=rf"max_new_tokens must be .*from 1 to {CONTEXT - 1}, got"
+    ):
         engine.stream("def f():", "vanilla", value)
 
 
 @pytest.mark.parametrize("method", ["beam", "Ouroboros", "", None])
 def test_unknown_method(engine, method):
-    with pytest.raises(ConfigError, match="method must be one of vanilla, speculative, ouroboros; got"):
+    with pytest.raises(
+        ConfigError, match="method must be one of vanilla, speculative, ouroboros; got"
+    ):
         engine.stream("def f():", method, 8)
 
 
-@pytest.mark.parametrize("method,option", [
-    ("ouroboros", "lookahead"), ("speculative", "window"), ("vanilla", "gamma"), ("speculative", "max_tokens"),
-])
+@pytest.mark.parametrize(
+    "method,option",
+    [
+        ("ouroboros", "lookahead"),
+        ("speculative", "window"),
+        ("vanilla", "gamma"),
+        ("speculative", "max_tokens"),
+    ],
+)
 def test_unknown_option_names_it_and_the_allowed_ones(engine, method, option):
     with pytest.raises(ConfigError) as err:
         engine.stream("def f():", method, 8, **{option: 4})
@@ -93,25 +113,28 @@ def test_unknown_option_names_it_and_the_allowed_ones(engine, method, option):
         assert "gamma" not in message.split("allowed:")[1]
 
 
-@pytest.mark.parametrize("method,option,value,allowed", [
-    ("ouroboros", "gamma", 0, "from 1 to 64"),
-    ("ouroboros", "gamma", 65, "from 1 to 64"),
-    ("speculative", "gamma", 0, "from 1 to 64"),
-    ("ouroboros", "window", -1, "from 0 to 64"),
-    ("ouroboros", "ngram", 1, "from 2 to 16"),
-    ("ouroboros", "ngram", 17, "from 2 to 16"),
-    ("ouroboros", "guess_set", 0, "from 1 to 256"),
-    ("ouroboros", "branches", -1, "from 0 to 32"),
-    ("ouroboros", "draft_candidates", 33, "from 0 to 32"),
-    ("ouroboros", "pool_size", 0, "from 1 to 10000000"),
-    ("ouroboros", "gamma", 2.5, "whole number from 1 to 64"),
-    ("speculative", "gamma", "4", "whole number from 1 to 64"),
-    ("ouroboros", "window", True, "whole number from 0 to 64"),
-    ("ouroboros", "max_trunk", 0, "from 1 to 64"),
-    ("ouroboros", "extend_above", 1.5, "from 0.0 to 1.0"),
-    ("ouroboros", "second_above", -0.1, "from 0.0 to 1.0"),
-    ("ouroboros", "second_above", "0.1", "number from 0.0 to 1.0"),
-])
+@pytest.mark.parametrize(
+    "method,option,value,allowed",
+    [
+        ("ouroboros", "gamma", 0, "from 1 to 64"),
+        ("ouroboros", "gamma", 65, "from 1 to 64"),
+        ("speculative", "gamma", 0, "from 1 to 64"),
+        ("ouroboros", "window", -1, "from 0 to 64"),
+        ("ouroboros", "ngram", 1, "from 2 to 16"),
+        ("ouroboros", "ngram", 17, "from 2 to 16"),
+        ("ouroboros", "guess_set", 0, "from 1 to 256"),
+        ("ouroboros", "branches", -1, "from 0 to 32"),
+        ("ouroboros", "draft_candidates", 33, "from 0 to 32"),
+        ("ouroboros", "pool_size", 0, "from 1 to 10000000"),
+        ("ouroboros", "gamma", 2.5, "whole number from 1 to 64"),
+        ("speculative", "gamma", "4", "whole number from 1 to 64"),
+        ("ouroboros", "window", True, "whole number from 0 to 64"),
+        ("ouroboros", "max_trunk", 0, "from 1 to 64"),
+        ("ouroboros", "extend_above", 1.5, "from 0.0 to 1.0"),
+        ("ouroboros", "second_above", -0.1, "from 0.0 to 1.0"),
+        ("ouroboros", "second_above", "0.1", "number from 0.0 to 1.0"),
+    ],
+)
 def test_hyperparameters_out_of_range(engine, method, option, value, allowed):
     with pytest.raises(ConfigError) as err:
         engine.stream("def f():", method, 8, **{option: value})
@@ -120,18 +143,21 @@ def test_hyperparameters_out_of_range(engine, method, option, value, allowed):
     assert f"got {value!r}" in str(err.value) or f"got {value}" in str(err.value)
 
 
-@pytest.mark.parametrize("option,value,allowed", [
-    ("temperature", -0.1, "temperature must be from 0.0 to 100.0"),
-    ("temperature", float("nan"), "temperature must be a number from 0.0 to 100.0"),
-    ("temperature", float("inf"), "temperature must be a number"),
-    ("temperature", "hot", "temperature must be a number"),
-    ("top_p", 0, "top_p must be above 0.0 and at most 1.0"),
-    ("top_p", 0.0, "top_p must be above 0.0 and at most 1.0"),
-    ("top_p", 1.5, "top_p must be above 0.0 and at most 1.0"),
-    ("top_p", -1, "top_p must be above 0.0"),
-    ("seed", -1, "seed must be from 0 to"),
-    ("seed", 1.5, "seed must be a whole number"),
-])
+@pytest.mark.parametrize(
+    "option,value,allowed",
+    [
+        ("temperature", -0.1, "temperature must be from 0.0 to 100.0"),
+        ("temperature", float("nan"), "temperature must be a number from 0.0 to 100.0"),
+        ("temperature", float("inf"), "temperature must be a number"),
+        ("temperature", "hot", "temperature must be a number"),
+        ("top_p", 0, "top_p must be above 0.0 and at most 1.0"),
+        ("top_p", 0.0, "top_p must be above 0.0 and at most 1.0"),
+        ("top_p", 1.5, "top_p must be above 0.0 and at most 1.0"),
+        ("top_p", -1, "top_p must be above 0.0"),
+        ("seed", -1, "seed must be from 0 to"),
+        ("seed", 1.5, "seed must be a whole number"),
+    ],
+)
 def test_sampling_settings_out_of_range(engine, option, value, allowed):
     for method in ("vanilla", "ouroboros"):
         with pytest.raises(ConfigError, match=allowed.replace("(", r"\(").replace(".", r"\.")):
@@ -172,7 +198,9 @@ def test_method_that_needs_a_draft_on_an_engine_without_one(models, tokenizer):
 
 def test_check_vocabularies(tokenizer):
     check_vocabularies(tokenizer, tokenizer, "target-a", "draft-a")  # the same vocabulary passes
-    other = train_tokenizer(["def other(x):\n    return x * 2\n" * 20, "class Spam:\n    pass\n" * 20], 300)
+    other = train_tokenizer(
+        ["def other(x):\n    return x * 2\n" * 20, "class Spam:\n    pass\n" * 20], 300
+    )
     with pytest.raises(LoadError) as err:
         check_vocabularies(tokenizer, other, "big/target", "small/draft")
     message = str(err.value)

@@ -30,18 +30,26 @@ def raced():
         out[pair] = []
         for example in examples(pair):
             lanes = None
-            for lanes in race(engine, example["prompt"], ["vanilla", "ouroboros"], example["max_new_tokens"]):
+            for lanes in race(
+                engine, example["prompt"], ["vanilla", "ouroboros"], example["max_new_tokens"]
+            ):
                 pass
             out[pair].append(lanes)
     return out
 
 
-@pytest.mark.parametrize("pair,index", CASES, ids=[f"{pair}: {examples(pair)[i]['label']}" for pair, i in CASES])
+@pytest.mark.parametrize(
+    "pair,index", CASES, ids=[f"{pair}: {examples(pair)[i]['label']}" for pair, i in CASES]
+)
 def test_each_example_label_holds_for_its_race(raced, pair, index):
     example, lanes = examples(pair)[index], raced[pair][index]
     claim, lane = example["claim"], lanes["ouroboros"]
-    assert lane.done.token_ids == lanes["vanilla"].done.token_ids  # lossless, or nothing else counts
-    drafted = Counter(token.source.value for token in lane.committed if token.source.value != "target")
+    assert (
+        lane.done.token_ids == lanes["vanilla"].done.token_ids
+    )  # lossless, or nothing else counts
+    drafted = Counter(
+        token.source.value for token in lane.committed if token.source.value != "target"
+    )
     shown = f"{example['label']!r}: {dict(drafted)} of {lane.tokens}, {lane.stats.tokens_per_forward:.2f} tok/forward"
     if "most_from" in claim:
         source, count = drafted.most_common(1)[0]

@@ -21,8 +21,16 @@ import pytest
 import torch
 
 from conftest import ARCHITECTURES, build_model, noisy_copy
-from gpu_checks import (assert_computed_in, assert_noise_as_on_the_cpu, assert_parameters_on, assert_placed_as_mapped,
-                        assert_speculates, recording, reference_ties, same_device)
+from gpu_checks import (
+    assert_computed_in,
+    assert_noise_as_on_the_cpu,
+    assert_parameters_on,
+    assert_placed_as_mapped,
+    assert_speculates,
+    recording,
+    reference_ties,
+    same_device,
+)
 from ouroboros_core import Engine, load_engine
 from ouroboros_core.cache import new_cache
 from ouroboros_core.verify import forward_tree
@@ -35,14 +43,19 @@ pytestmark = [
     pytest.mark.skipif(ON_GPU and not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-PROMPTS = ["def add(a, b):\n    return a + b\n", "import os\nimport sys\n\nclass Config:\n",
-           "for i in range(3):\n    print(i)\nfor i in range(3):\n"]
+PROMPTS = [
+    "def add(a, b):\n    return a + b\n",
+    "import os\nimport sys\n\nclass Config:\n",
+    "for i in range(3):\n    print(i)\nfor i in range(3):\n",
+]
 METHODS = ("vanilla", "speculative", "ouroboros")
 
 
 def gpu_engine(models, tokenizer, arch, dtype, draft_device=DEVICE) -> Engine:
     target = build_model(arch, models.eos_id, seed=ARCHITECTURES.index(arch)).to(DEVICE, dtype)
-    draft = noisy_copy(build_model(arch, models.eos_id, seed=ARCHITECTURES.index(arch)), 0.015, seed=5)
+    draft = noisy_copy(
+        build_model(arch, models.eos_id, seed=ARCHITECTURES.index(arch)), 0.015, seed=5
+    )
     return Engine(target, draft.to(draft_device, dtype), tokenizer)
 
 
@@ -52,20 +65,28 @@ def greedy(engine, prompt, max_new_tokens) -> tuple[list[int], set[int]]:
     prompt_ids = engine.encode(prompt)
     ids = torch.tensor([prompt_ids], device=engine.target.get_input_embeddings().weight.device)
     with torch.no_grad():
-        out = engine.target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                     max_new_tokens=max_new_tokens, pad_token_id=engine.tokenizer.eos_token_id)
-    reference = out[0, ids.shape[1]:].tolist()
+        out = engine.target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=engine.tokenizer.eos_token_id,
+        )
+    reference = out[0, ids.shape[1] :].tolist()
     return reference, reference_ties(engine.target, prompt_ids, reference)
 
 
 def assert_matches(engine, prompt, reference, ties, output, what) -> None:
     """Identical to the reference, or (in 16 bits) departing from it first at one of its ties."""
     verdict = engine.verdict(prompt, reference, output)
-    assert verdict.kind == "identical" or (verdict.kind == "float tie" and verdict.first_difference in ties), (
-        what, prompt, verdict, sorted(ties))
+    assert verdict.kind == "identical" or (
+        verdict.kind == "float tie" and verdict.first_difference in ties
+    ), (what, prompt, verdict, sorted(ties))
 
 
-def assert_every_method_matches_generate(engine, prompts, max_new_tokens=24, *, target, draft) -> None:
+def assert_every_method_matches_generate(
+    engine, prompts, max_new_tokens=24, *, target, draft
+) -> None:
     """target, draft: the (device, dtype) each must compute in."""
     for prompt in prompts:
         reference, ties = greedy(engine, prompt, max_new_tokens)
@@ -78,7 +99,9 @@ def assert_every_method_matches_generate(engine, prompts, max_new_tokens=24, *, 
             else:
                 assert_computed_in(computed, "draft", *draft)
             stats = result.stats
-            assert_speculates(method, stats.drafted_tokens, stats.accepted_tokens, stats.tokens_per_forward)
+            assert_speculates(
+                method, stats.drafted_tokens, stats.accepted_tokens, stats.tokens_per_forward
+            )
             assert_matches(engine, prompt, reference, ties, result.token_ids, method)
 
 
@@ -86,8 +109,9 @@ def assert_every_method_matches_generate(engine, prompts, max_new_tokens=24, *, 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_every_method_matches_generate(models, tokenizer, arch, dtype):
     place = (DEVICE, DTYPES[dtype])
-    assert_every_method_matches_generate(gpu_engine(models, tokenizer, arch, DTYPES[dtype]), PROMPTS,
-                                         target=place, draft=place)
+    assert_every_method_matches_generate(
+        gpu_engine(models, tokenizer, arch, DTYPES[dtype]), PROMPTS, target=place, draft=place
+    )
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -95,8 +119,9 @@ def test_target_on_the_gpu_and_draft_on_the_cpu(models, tokenizer, arch):
     engine = gpu_engine(models, tokenizer, arch, torch.float32, draft_device="cpu")
     assert_parameters_on(engine.target, DEVICE, torch.float32)
     assert_parameters_on(engine.draft, "cpu", torch.float32)
-    assert_every_method_matches_generate(engine, PROMPTS[:2], target=(DEVICE, torch.float32),
-                                         draft=("cpu", torch.float32))
+    assert_every_method_matches_generate(
+        engine, PROMPTS[:2], target=(DEVICE, torch.float32), draft=("cpu", torch.float32)
+    )
 
 
 def test_the_sampling_noise_on_the_device_is_the_cpus():
@@ -111,8 +136,14 @@ def test_sampling_is_reproducible_and_valid(models, tokenizer, arch):
     for method in METHODS:
         a = engine.generate(PROMPTS[0], method, 16, temperature=0.8, seed=3)
         b = engine.generate(PROMPTS[0], method, 16, temperature=0.8, seed=3).token_ids
-        assert a.token_ids == b and len(b) == 16 and all(0 <= t < engine.target.config.vocab_size for t in b), method
-        assert_speculates(method, a.stats.drafted_tokens, a.stats.accepted_tokens, a.stats.tokens_per_forward)
+        assert (
+            a.token_ids == b
+            and len(b) == 16
+            and all(0 <= t < engine.target.config.vocab_size for t in b)
+        ), method
+        assert_speculates(
+            method, a.stats.drafted_tokens, a.stats.accepted_tokens, a.stats.tokens_per_forward
+        )
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -129,7 +160,9 @@ def test_tree_forward_equals_plain_forwards(eos_id, arch):
             return model(input_ids=torch.tensor([tokens], device=DEVICE)).logits[0]
 
     torch.testing.assert_close(logits[:3], plain(prefix + trunk)[-3:], rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(logits[3:5], plain(prefix + trunk + [21, 22])[-2:], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        logits[3:5], plain(prefix + trunk + [21, 22])[-2:], rtol=1e-4, atol=1e-4
+    )
     torch.testing.assert_close(logits[5], plain(prefix + trunk + [31])[-1], rtol=1e-4, atol=1e-4)
 
 
@@ -147,8 +180,12 @@ def test_device_map_auto_spreads_the_target(tmp_path):
         assert_computed_in(computed, "target", DEVICE, torch.float32)
         if method != "vanilla":
             assert_computed_in(computed, "draft", DEVICE, torch.float32)
-        assert_speculates(method, result.stats.drafted_tokens, result.stats.accepted_tokens,
-                          result.stats.tokens_per_forward)
+        assert_speculates(
+            method,
+            result.stats.drafted_tokens,
+            result.stats.accepted_tokens,
+            result.stats.tokens_per_forward,
+        )
         assert_matches(engine, prompt, reference, ties, result.token_ids, method)
 
 
@@ -169,8 +206,9 @@ def test_the_embedded_pair_in_bfloat16_departs_only_at_float_ties():
     from ouroboros_core.tools.bench import humaneval_prompts
 
     place = (DEVICE, torch.bfloat16)
-    assert_every_method_matches_generate(engine, [p["prompt"] for p in humaneval_prompts(4)], 64, target=place,
-                                         draft=place)
+    assert_every_method_matches_generate(
+        engine, [p["prompt"] for p in humaneval_prompts(4)], 64, target=place, draft=place
+    )
 
 
 def test_sampled_races_in_16_bits_part_only_at_rounding_boundaries():
@@ -184,12 +222,19 @@ def test_sampled_races_in_16_bits_part_only_at_rounding_boundaries():
     kinds = []
     for item in humaneval_prompts(6):
         for seed in (1, 2, 3):
-            vanilla, ouroboros = (engine.generate(item["prompt"], method, 40, seed=seed, **sampling).token_ids
-                                  for method in ("vanilla", "ouroboros"))
-            kinds.append(engine.verdict(item["prompt"], vanilla, ouroboros, seed=seed, **sampling).kind)
+            vanilla, ouroboros = (
+                engine.generate(item["prompt"], method, 40, seed=seed, **sampling).token_ids
+                for method in ("vanilla", "ouroboros")
+            )
+            kinds.append(
+                engine.verdict(item["prompt"], vanilla, ouroboros, seed=seed, **sampling).kind
+            )
         other = engine.generate(item["prompt"], "ouroboros", 40, seed=1000, **sampling).token_ids
         if other != vanilla:
-            assert engine.verdict(item["prompt"], vanilla, other, seed=3, **sampling).kind == "mismatch"
+            assert (
+                engine.verdict(item["prompt"], vanilla, other, seed=3, **sampling).kind
+                == "mismatch"
+            )
     assert set(kinds) <= {"identical", "rounding boundary"}, kinds
 
 
@@ -219,7 +264,9 @@ def test_the_apps_race_on_the_device(monkeypatch, device, dtype):
         assert_computed_in(computed, role, device, DTYPES[dtype])
     for method, lane in final.items():
         stats = lane["stats"]
-        assert_speculates(method, stats["drafted_tokens"], stats["accepted_tokens"], stats["tokens_per_forward"])
+        assert_speculates(
+            method, stats["drafted_tokens"], stats["accepted_tokens"], stats["tokens_per_forward"]
+        )
     reference, ties = greedy(engine, PROMPTS[0], 32)
     for method, lane in final.items():
         assert_matches(engine, PROMPTS[0], reference, ties, lane["token_ids"], method)

@@ -10,18 +10,33 @@ import math
 import gradio as gr
 import pytest
 
-from ui.guard import (KNOBS, Limits, RaceRequest, check_prompt, check_race, check_request,
-                      fit_problem, race_validator, room_line, validate_race)
+from ui.guard import (
+    KNOBS,
+    Limits,
+    RaceRequest,
+    check_prompt,
+    check_race,
+    check_request,
+    fit_problem,
+    race_validator,
+    room_line,
+    validate_race,
+)
 
 LIMITS = Limits(max_new_tokens=512, max_prompt_chars=100)
 
 
-@pytest.mark.parametrize("prompt, message", [
-    (["def f():"], "Prompt must be text (a string), got list."),
-    (123, "Prompt must be text (a string), got int."),
-    (None, "Prompt is empty"), ("  \n", "Prompt is empty"),
-    ("x" * 101, "Prompt is 101 characters; this demo takes at most 100."),
-    ("def f():\x00", "Prompt has a control character (U+0000) at character 8")])
+@pytest.mark.parametrize(
+    "prompt, message",
+    [
+        (["def f():"], "Prompt must be text (a string), got list."),
+        (123, "Prompt must be text (a string), got int."),
+        (None, "Prompt is empty"),
+        ("  \n", "Prompt is empty"),
+        ("x" * 101, "Prompt is 101 characters; this demo takes at most 100."),
+        ("def f():\x00", "Prompt has a control character (U+0000) at character 8"),
+    ],
+)
 def test_a_bad_prompt_is_refused_with_what_is_wrong(prompt, message):
     with pytest.raises(gr.Error) as refused:
         check_prompt(prompt, LIMITS.max_prompt_chars)
@@ -35,14 +50,28 @@ def test_a_good_prompt_passes_as_it_is():
 
 # A race's inputs that pass, by name, in /race's order: prompt, max new tokens, gamma, window,
 # ngram, branches, temperature, top-p, seed.
-GOOD = {"prompt": "def f():\n", "max_new_tokens": 8, "gamma": 4, "window": 0, "ngram": 6,
-        "branches": 1, "temperature": 0.8, "top_p": 1.0, "seed": 0}
+GOOD = {
+    "prompt": "def f():\n",
+    "max_new_tokens": 8,
+    "gamma": 4,
+    "window": 0,
+    "ngram": 6,
+    "branches": 1,
+    "temperature": 0.8,
+    "top_p": 1.0,
+    "seed": 0,
+}
 NAMES = list(GOOD)  # how the /race validator names the inputs it gets in order
 
 
 def test_the_page_validator_marks_only_the_bad_input():
-    page = {**GOOD, "max_new_tokens": 600, "temperature": 0.0, "with_speculative": "flag",
-            "colour": "flag"}
+    page = {
+        **GOOD,
+        "max_new_tokens": 600,
+        "temperature": 0.0,
+        "with_speculative": "flag",
+        "colour": "flag",
+    }
     marks = validate_race(LIMITS, page)
     assert [mark["is_valid"] for mark in marks] == [True, False] + [True] * 9
     assert "Max new tokens must be a whole number from 1 to 512" in marks[1]["message"]
@@ -56,10 +85,22 @@ BOUNDS = [
     ("window", 0, 32, -1, 33, "window W (lookahead columns) must be a whole number from 0 to 32"),
     ("ngram", 2, 8, 1, 9, "n-gram size N must be a whole number from 2 to 8"),
     ("branches", 0, 8, -1, 9, "branches k must be a whole number from 0 to 8"),
-    ("temperature", 0.0, 2.0, math.nextafter(0.0, -1.0), math.nextafter(2.0, 3.0),
-     "Temperature must be a number from 0 to 2"),
-    ("top_p", 0.05, 1.0, math.nextafter(0.05, 0.0), math.nextafter(1.0, 2.0),
-     "Top-p must be a number from 0.05 to 1"),
+    (
+        "temperature",
+        0.0,
+        2.0,
+        math.nextafter(0.0, -1.0),
+        math.nextafter(2.0, 3.0),
+        "Temperature must be a number from 0 to 2",
+    ),
+    (
+        "top_p",
+        0.05,
+        1.0,
+        math.nextafter(0.05, 0.0),
+        math.nextafter(1.0, 2.0),
+        "Top-p must be a number from 0.05 to 1",
+    ),
     ("seed", 0, 2**31 - 1, -1, 2**31, "Seed must be a whole number from 0 to 2147483647"),
 ]
 
@@ -68,10 +109,12 @@ def with_input(name: str, value) -> dict:
     return {**GOOD, name: value}
 
 
-@pytest.mark.parametrize("name, lowest, highest, below, above, refusal", BOUNDS,
-                         ids=[bound[0] for bound in BOUNDS])
-def test_each_input_is_taken_at_its_limits_and_refused_one_past_them(name, lowest, highest, below,
-                                                                     above, refusal):
+@pytest.mark.parametrize(
+    "name, lowest, highest, below, above, refusal", BOUNDS, ids=[bound[0] for bound in BOUNDS]
+)
+def test_each_input_is_taken_at_its_limits_and_refused_one_past_them(
+    name, lowest, highest, below, above, refusal
+):
     index = NAMES.index(name)
     for value in (lowest, highest):
         marks = validate_race(LIMITS, with_input(name, value))
@@ -89,16 +132,33 @@ def test_the_page_offers_no_knob_value_the_engine_refuses():
 
 
 def test_a_race_is_checked_by_name_and_a_knob_left_empty_keeps_the_pairs_setting():
-    page = {**GOOD, "gamma": 16.0, "window": None, "ngram": None, "branches": None, "seed": None,
-            "raw": 1, "colour": True}
+    page = {
+        **GOOD,
+        "gamma": 16.0,
+        "window": None,
+        "ngram": None,
+        "branches": None,
+        "seed": None,
+        "raw": 1,
+        "colour": True,
+    }
     asked = check_race(page, LIMITS)
-    assert asked == RaceRequest("def f():\n", 8, options={"gamma": 16},
-                                sampling={"temperature": 0.8, "top_p": 1.0,
-                                          "seed": asked.sampling["seed"]},
-                                seed_drawn=True, raw=True)
+    assert asked == RaceRequest(
+        "def f():\n",
+        8,
+        options={"gamma": 16},
+        sampling={"temperature": 0.8, "top_p": 1.0, "seed": asked.sampling["seed"]},
+        seed_drawn=True,
+        raw=True,
+    )
     assert check_race({**GOOD, "temperature": 0.0, "raw": False}, LIMITS) == RaceRequest(
-        "def f():\n", 8, options={"gamma": 4, "window": 0, "ngram": 6, "branches": 1}, sampling={},
-        seed_drawn=False, raw=False)
+        "def f():\n",
+        8,
+        options={"gamma": 4, "window": 0, "ngram": 6, "branches": 1},
+        sampling={},
+        seed_drawn=False,
+        raw=False,
+    )
     with pytest.raises(gr.Error, match=r"branches k must be a whole number from 0 to 8, got 9\."):
         check_race({**GOOD, "branches": 9, "raw": False}, LIMITS)
 
@@ -109,8 +169,9 @@ def test_the_hosts_limits_hold_at_the_limit_and_not_one_past_it(monkeypatch):
     assert Limits() == Limits.from_env() == Limits(max_new_tokens=512, max_prompt_chars=32000)
     for limits in (Limits(), LIMITS):
         assert check_request("def f():\n", 512, {}, limits) == ("def f():\n", 512, {})
-        with pytest.raises(gr.Error, match="Max new tokens must be a whole number from 1 to 512, "
-                                           "got 513"):
+        with pytest.raises(
+            gr.Error, match="Max new tokens must be a whole number from 1 to 512, got 513"
+        ):
             check_request("def f():\n", 513, {}, limits)
         marks = validate_race(limits, with_input("max_new_tokens", 513))
         assert marks[1]["message"].startswith("Max new tokens")
@@ -127,6 +188,7 @@ def test_the_hosts_limits_hold_at_the_limit_and_not_one_past_it(monkeypatch):
 class Pair:
     """What the guard reads of a loaded pair: its context and its tokenizer (one token a character
     here)."""
+
     max_context = 64
 
     def encode(self, prompt):
@@ -138,19 +200,22 @@ def test_a_prompt_is_measured_in_the_tokens_the_model_can_read_before_it_is_queu
     assert fit_problem(pair, "x" * 48, 16) is None
     assert fit_problem(pair, "x" * 49, 16) == (
         "Prompt is 49 tokens; with 16 new tokens the model's 64-token context leaves room for 48. "
-        "Shorten the prompt or ask for fewer new tokens.")
+        "Shorten the prompt or ask for fewer new tokens."
+    )
     assert fit_problem(None, "x" * 49, 16) is None  # no pair yet: the race checks when it starts
     marks = validate_race(LIMITS, {**GOOD, "prompt": "x" * 49, "max_new_tokens": 16}, engine=pair)
     assert [mark["is_valid"] for mark in marks] == [False] + [True] * 8
     assert "leaves room for 48" in marks[0]["message"]
     fits = {**GOOD, "prompt": "x" * 48, "max_new_tokens": 16}
     assert all(mark["is_valid"] for mark in validate_race(LIMITS, fits, engine=pair))
-    assert room_line(pair, "x" * 10, 16) == ("10 of the 48 tokens the model can read with 16 new "
-                                             "tokens.")
+    assert room_line(pair, "x" * 10, 16) == (
+        "10 of the 48 tokens the model can read with 16 new tokens."
+    )
     assert "too long: Run will say so, nothing is cut" in room_line(pair, "x" * 50, 16)
     assert "once the model pair has loaded" in room_line(None, "x", 16)
-    assert room_line(pair, "x", float("nan")) == ("1 of the 64 tokens the model can read with 0 "
-                                                  "new tokens.")
+    assert room_line(pair, "x", float("nan")) == (
+        "1 of the 64 tokens the model can read with 0 new tokens."
+    )
 
 
 def test_the_validator_is_async_so_a_burst_cannot_overfill_the_queue():
@@ -160,8 +225,9 @@ def test_the_validator_is_async_so_a_burst_cannot_overfill_the_queue():
     validate = race_validator(LIMITS, Pair, names=NAMES)
     assert inspect.iscoroutinefunction(validate)
     marks = asyncio.run(validate("def f():\n", 8, None, None, None, None, 0.8, 1.0, 3e9))
-    assert ("Seed must be a whole number from 0 to 2147483647, got 3000000000.0"
-            in marks[8]["message"])
+    assert (
+        "Seed must be a whole number from 0 to 2147483647, got 3000000000.0" in marks[8]["message"]
+    )
     marks = asyncio.run(validate("def f():\n", 8, None, None, None, None, 0.8, 1.0, None))
     assert [mark["is_valid"] for mark in marks] == [True] * 9
 
@@ -175,15 +241,23 @@ def test_the_validator_measures_the_prompt_in_the_pair_its_loader_returns():
     assert [mark["is_valid"] for mark in fits] == [True] * 9
     over = asyncio.run(validate("x" * 49, 16, 4, 0, 6, 1, 0.0, 1.0, 0))
     assert [mark["is_valid"] for mark in over] == [False] + [True] * 8
-    assert over[0]["message"].startswith("Prompt is 49 tokens; with 16 new tokens the model's "
-                                         "64-token context")
-    not_loaded = asyncio.run(race_validator(LIMITS, names=NAMES)("x" * 49, 16, 4, 0, 6, 1, 0.0,
-                                                                 1.0, 0))
+    assert over[0]["message"].startswith(
+        "Prompt is 49 tokens; with 16 new tokens the model's 64-token context"
+    )
+    not_loaded = asyncio.run(
+        race_validator(LIMITS, names=NAMES)("x" * 49, 16, 4, 0, 6, 1, 0.0, 1.0, 0)
+    )
     assert [mark["is_valid"] for mark in not_loaded] == [True] * 9
     # The page's validator gets its inputs by name, the switches and the race's number among them:
     # a mark for each, in the order they came.
-    page = {"armed": 3, **GOOD, "prompt": "x" * 49, "max_new_tokens": 16, "colour": True,
-            "raw": False}
+    page = {
+        "armed": 3,
+        **GOOD,
+        "prompt": "x" * 49,
+        "max_new_tokens": 16,
+        "colour": True,
+        "raw": False,
+    }
     marks = asyncio.run(race_validator(LIMITS, lambda: pair)(**page))
     assert [mark["is_valid"] for mark in marks] == [name != "prompt" for name in page]
     assert marks[1]["message"].startswith("Prompt is 49 tokens; with 16 new tokens")

@@ -11,10 +11,19 @@ import time
 import pytest
 
 from app_server import app_server  # noqa: F401  (the fixture)
-from test_browser import (CODE_PROMPT, browser, finished_badge, open_context, page, set_slider,  # noqa: F401
-                          start_race, sync_api)
+from test_browser import (
+    CODE_PROMPT,
+    browser,
+    finished_badge,
+    open_context,
+    page,
+    set_slider,  # noqa: F401
+    start_race,
+    sync_api,
+)
 from test_clicks import log_length, whole_log
 from test_showcase import context, size  # noqa: F401  (the two sizes: a laptop's and a phone's)
+
 IN_VIEW_S = 1.0  # the issue's bound: the lanes' tops in view within a second of Run
 # Where an element stands against the viewport.
 RECT = """selector => { const r = document.querySelector(selector).getBoundingClientRect();
@@ -47,22 +56,37 @@ def open_sampling(page) -> None:
 
 
 def test_run_brings_the_race_into_view_and_the_badge_is_there_when_it_ends(page, size):
-    assert not in_viewport(page, "#stats-ouroboros"), "the race starts below the fold (else this proves nothing)"
+    assert not in_viewport(page, "#stats-ouroboros"), (
+        "the race starts below the fold (else this proves nothing)"
+    )
     page.locator("#prompt textarea").fill(CODE_PROMPT)
     set_slider(page, "Max new tokens", 64)
     page.locator("#run").click()
     clicked = time.monotonic()
-    while not all(in_viewport(page, lane) for lane in ("#lane-vanilla", "#lane-ouroboros", "#stats-ouroboros")):
-        assert time.monotonic() - clicked < IN_VIEW_S, "the lanes' tops are not in view a second after Run"
+    while not all(
+        in_viewport(page, lane) for lane in ("#lane-vanilla", "#lane-ouroboros", "#stats-ouroboros")
+    ):
+        assert time.monotonic() - clicked < IN_VIEW_S, (
+            "the lanes' tops are not in view a second after Run"
+        )
         page.wait_for_timeout(20)
     finished_badge(page)
     box = rect(page, "#badge .badge")
     assert 0 <= box["top"] and box["bottom"] <= page.viewport_size["height"], box
     assert page.locator("#stop-near").is_visible()  # Stop within reach where the page now stands
     if size == "phone":  # side by side, both lanes' text within one screen of each other
-        vanilla, ouroboros = rect(page, "#lane-vanilla .lane-text"), rect(page, "#lane-ouroboros .lane-text")
-        assert abs(vanilla["top"] - ouroboros["top"]) < page.viewport_size["height"], (vanilla, ouroboros)
-        assert vanilla["right"] <= ouroboros["left"] + 1 and ouroboros["right"] <= 390 + 1, (vanilla, ouroboros)
+        vanilla, ouroboros = (
+            rect(page, "#lane-vanilla .lane-text"),
+            rect(page, "#lane-ouroboros .lane-text"),
+        )
+        assert abs(vanilla["top"] - ouroboros["top"]) < page.viewport_size["height"], (
+            vanilla,
+            ouroboros,
+        )
+        assert vanilla["right"] <= ouroboros["left"] + 1 and ouroboros["right"] <= 390 + 1, (
+            vanilla,
+            ouroboros,
+        )
     assert page.errors == []
 
 
@@ -78,21 +102,31 @@ def test_a_refused_run_shows_its_message_not_the_empty_lanes(page, size):
 
 def test_a_20000_character_paste_is_kept_whole_and_refused_in_tokens(page, size, app_server):  # noqa: F811
     since = log_length(app_server)
-    typed = page.get_by_label("number input for Max new tokens")  # a 0 typed in a slider's box: no traceback
+    typed = page.get_by_label(
+        "number input for Max new tokens"
+    )  # a 0 typed in a slider's box: no traceback
     typed.fill("0")
     typed.press("Enter")
-    pasted = "def f(x):\n    return x\n" * 870  # 20,010 characters, well past the model's 2,048 tokens
+    pasted = (
+        "def f(x):\n    return x\n" * 870
+    )  # 20,010 characters, well past the model's 2,048 tokens
     page.locator("#prompt textarea").fill(pasted)
     assert page.locator("#prompt textarea").input_value() == pasted  # nothing cut, typed or pasted
     room = page.locator("#prompt-room")
-    sync_api.expect(room).to_contain_text("the model can read with 0 new tokens — too long")  # the 0 stands as typed
+    sync_api.expect(room).to_contain_text(
+        "the model can read with 0 new tokens — too long"
+    )  # the 0 stands as typed
     set_slider(page, "Max new tokens", 128)
-    sync_api.expect(room).to_contain_text("of the 1,920 tokens the model can read with 128 new tokens")
+    sync_api.expect(room).to_contain_text(
+        "of the 1,920 tokens the model can read with 128 new tokens"
+    )
     sync_api.expect(room).to_contain_text("too long: Run will say so, nothing is cut")
     page.locator("#run").click()
     message = page.locator("#prompt div.validation-error")
-    sync_api.expect(message).to_contain_text("with 128 new tokens the model's 2,048-token context leaves room for "
-                                             "1,920. Shorten the prompt or ask for fewer new tokens.")
+    sync_api.expect(message).to_contain_text(
+        "with 128 new tokens the model's 2,048-token context leaves room for "
+        "1,920. Shorten the prompt or ask for fewer new tokens."
+    )
     assert page.locator(".toast-body").count() == 0 and page.locator("#badge .badge").count() == 0
     assert page.locator("#prompt textarea").input_value() == pasted
     no_traceback_since(app_server, since)
@@ -110,7 +144,9 @@ def test_a_seed_out_of_range_gets_the_app_sentence_beside_it(page, size, seed, s
     box.press("Tab")
     page.locator("#prompt textarea").fill(CODE_PROMPT)
     page.locator("#run").click()
-    message = page.locator("#seed").get_by_text("Seed must be a whole number from 0 to 2147483647, got ")
+    message = page.locator("#seed").get_by_text(
+        "Seed must be a whole number from 0 to 2147483647, got "
+    )
     sync_api.expect(message).to_be_visible()
     assert shown in message.inner_text()
     page.wait_for_timeout(300)
@@ -152,7 +188,8 @@ def test_a_step_outside_the_race_gets_a_sentence_in_the_inspector(page, size, st
     box.fill(value)
     box.press("Enter")
     sync_api.expect(page.locator("#inspector-view")).to_contain_text(
-        f"Step must be a whole number from 1 to {steps} (this race's Ouroboros steps), got {value}")
+        f"Step must be a whole number from 1 to {steps} (this race's Ouroboros steps), got {value}"
+    )
     page.wait_for_timeout(300)
     assert page.locator(".toast-body").count() == 0
     no_traceback_since(app_server, since)
@@ -164,14 +201,20 @@ def test_the_page_forward_counts_are_the_lanes_target_forwards(page, size, app_s
     start_race(page, CODE_PROMPT, 48)
     finished_badge(page)
     cells = page.locator("#summary td[data-label='target forwards']").all_inner_texts()
-    result = app_server.client().predict(CODE_PROMPT, 48, api_name="/race")  # the same greedy race, cold pool
-    assert [int(cell) for cell in cells] == [result[m]["stats"]["target_forwards"] for m in ("vanilla", "ouroboros")]
+    result = app_server.client().predict(
+        CODE_PROMPT, 48, api_name="/race"
+    )  # the same greedy race, cold pool
+    assert [int(cell) for cell in cells] == [
+        result[m]["stats"]["target_forwards"] for m in ("vanilla", "ouroboros")
+    ]
     line = page.locator("#summary p.forwards").inner_text()
     assert f"vanilla {cells[0]}, Ouroboros {cells[1]}" in line
     assert f"{cells[1]} target forwards" in page.locator("#stats-ouroboros").inner_text()
 
 
-def test_run_says_when_it_waits_for_the_device_and_its_place_then_that_it_races(browser, size, app_server):  # noqa: F811
+def test_run_says_when_it_waits_for_the_device_and_its_place_then_that_it_races(
+    browser, size, app_server
+):  # noqa: F811
     """Two visitors: the first one's page says its race is racing; while that long race holds the device, the
     second one's Run says it waits, with its place in the queue (Gradio's own tracker, beside the legend where Run
     scrolled to), and its race runs once the first is stopped."""
@@ -183,14 +226,18 @@ def test_run_says_when_it_waits_for_the_device_and_its_place_then_that_it_races(
         first, second = (open_page(context, app_server.url) for context in contexts)
         start_race(first, CODE_PROMPT, 512)
         first.locator("#lane-ouroboros .cursor").wait_for()
-        sync_api.expect(first.locator("#race-status")).to_contain_text("Racing: Stop ends it; Run again restarts it")
+        sync_api.expect(first.locator("#race-status")).to_contain_text(
+            "Racing: Stop ends it; Run again restarts it"
+        )
         second.locator("#prompt textarea").fill(CODE_PROMPT)
         set_slider(second, "Max new tokens", 8)
         second.locator("#run").click()
         waiting = second.locator("#race-status .progress-text")
         sync_api.expect(waiting).to_contain_text("queue: 1/1")
         assert waiting.is_visible() and in_viewport(second, "#race-status")
-        assert "Waiting for the device" in waiting.evaluate("e => getComputedStyle(e, '::before').content")
+        assert "Waiting for the device" in waiting.evaluate(
+            "e => getComputedStyle(e, '::before').content"
+        )
         first.locator("#stop").click()
         assert "Identical outputs: 8 tokens" in finished_badge(second)
         sync_api.expect(second.locator("#race-status")).to_have_text("")

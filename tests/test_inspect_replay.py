@@ -28,9 +28,21 @@ def hand_made_lane() -> Lane:
     a, b, c = tok(1, "a", Source.DRAFT), tok(2, "b", Source.DRAFT), tok(3, "c", Source.POOL)
     x, y = tok(4, "x", Source.PROMPT), tok(5, "y", Source.PROMPT)
     q = tok(6, "q", Source.POOL)
-    step = StepEvent(index=0, drafted=(a, x, y), branches=((x, y), (q,)), accepted=(a, x), rejected=(y,),
-                     target_token=tok(7, "z", Source.TARGET), draft_ms=1.5, verify_ms=20.25, elapsed_s=0.03,
-                     trunk=(a, b, c), attach=(1, 3), trunk_accepted=1, branch=0)
+    step = StepEvent(
+        index=0,
+        drafted=(a, x, y),
+        branches=((x, y), (q,)),
+        accepted=(a, x),
+        rejected=(y,),
+        target_token=tok(7, "z", Source.TARGET),
+        draft_ms=1.5,
+        verify_ms=20.25,
+        elapsed_s=0.03,
+        trunk=(a, b, c),
+        attach=(1, 3),
+        trunk_accepted=1,
+        branch=0,
+    )
     lane = Lane("ouroboros")
     lane.apply(step)
     return lane
@@ -44,27 +56,52 @@ def test_the_inspector_draws_the_tree_the_walk_and_the_timings():
     html = step_html(hand_made_lane(), 1)
     assert "Step 1 of 1" in html and "drafted in 1.5 ms" in html and "verified in 20.2 ms" in html
     assert "one target forward over 7 tokens" in html and "3 tokens landed" in html
-    rows = re.findall(r"<tr class=\"([^\"]+)\"><th>([^<]+)</th><td>([^<]+)</td><td>([^<]+)</td>", html)
-    assert rows == [("trunk", "trunk", "draft model + pool phrase", "the text so far"),
-                    ("branch walked", "branch 1 (walked)", "prompt lookup", "trunk token 1"),
-                    ("branch", "branch 2", "pool phrase", "the whole trunk")]
+    rows = re.findall(
+        r"<tr class=\"([^\"]+)\"><th>([^<]+)</th><td>([^<]+)</td><td>([^<]+)</td>", html
+    )
+    assert rows == [
+        ("trunk", "trunk", "draft model + pool phrase", "the text so far"),
+        ("branch walked", "branch 1 (walked)", "prompt lookup", "trunk token 1"),
+        ("branch", "branch 2", "pool phrase", "the whole trunk"),
+    ]
     assert chips(html, "kept") == ["a", "x", "a", "x"]  # trunk head; branch head; the walked path
-    assert chips(html, "rejected") == ["b", "c", "y", "y"]  # the trunk after its mismatch; the branch's tail
+    assert chips(html, "rejected") == [
+        "b",
+        "c",
+        "y",
+        "y",
+    ]  # the trunk after its mismatch; the branch's tail
     assert chips(html, "unwalked") == ["q"] and chips(html, "own") == ["z"]
 
 
 def test_a_branch_on_an_empty_trunk_follows_the_text_so_far():
     """With nothing drafted (lookup alone proposed), the branch hangs after the text, not after a trunk."""
     x = tok(4, "x", Source.PROMPT)
-    step = StepEvent(index=0, drafted=(x,), branches=((x,),), accepted=(x,), rejected=(),
-                     target_token=tok(7, "z", Source.TARGET), draft_ms=0.1, verify_ms=9.0, elapsed_s=0.01,
-                     trunk=(), attach=(0,), trunk_accepted=0, branch=0)
+    step = StepEvent(
+        index=0,
+        drafted=(x,),
+        branches=((x,),),
+        accepted=(x,),
+        rejected=(),
+        target_token=tok(7, "z", Source.TARGET),
+        draft_ms=0.1,
+        verify_ms=9.0,
+        elapsed_s=0.01,
+        trunk=(),
+        attach=(0,),
+        trunk_accepted=0,
+        branch=0,
+    )
     lane = Lane("ouroboros")
     lane.apply(step)
     html = step_html(lane, 1)
-    rows = re.findall(r"<tr class=\"([^\"]+)\"><th>([^<]+)</th><td>([^<]+)</td><td>([^<]+)</td>", html)
-    assert rows == [("trunk", "trunk", "-", "the text so far"),
-                    ("branch walked", "branch 1 (walked)", "prompt lookup", "the text so far")]
+    rows = re.findall(
+        r"<tr class=\"([^\"]+)\"><th>([^<]+)</th><td>([^<]+)</td><td>([^<]+)</td>", html
+    )
+    assert rows == [
+        ("trunk", "trunk", "-", "the text so far"),
+        ("branch walked", "branch 1 (walked)", "prompt lookup", "the text so far"),
+    ]
     assert "whole trunk" not in html and "nothing drafted" in html
 
 
@@ -80,15 +117,21 @@ def raced():
 
 def test_every_step_of_a_real_race_shows_what_landed(raced):
     lane = raced["ouroboros"]
-    assert any(event.branches for event in lane.events), "the race verified no branch: nothing to inspect"
+    assert any(event.branches for event in lane.events), (
+        "the race verified no branch: nothing to inspect"
+    )
     for number, event in enumerate(lane.events, 1):
         html = step_html(lane, number)
         walked = html.split('<span class="what">The target walked:</span>')[1].split("</div>")[0]
         assert walked.count('class="chip') == len(event.committed)
-        assert html.count("<tr class=\"branch") == len(event.branches)
+        assert html.count('<tr class="branch') == len(event.branches)
     best = best_step(lane)
-    assert len(lane.events[best - 1].committed) == max(len(event.committed) for event in lane.events)
-    assert step_html(lane, 10_000) == step_html(lane, len(lane.events))  # out of range: the nearest step
+    assert len(lane.events[best - 1].committed) == max(
+        len(event.committed) for event in lane.events
+    )
+    assert step_html(lane, 10_000) == step_html(
+        lane, len(lane.events)
+    )  # out of range: the nearest step
     assert "Run a race" in step_html(Lane("ouroboros"), 1)
 
 
@@ -116,17 +159,25 @@ class FakeClock:
 
 FRAME_S = 0.06
 DRAW_S = 0.01  # what the viewer spends rendering each frame, on the same clock
-TOLERANCE_S = FRAME_S  # each event shows within one frame of its recorded time / speed, early or late
+TOLERANCE_S = (
+    FRAME_S  # each event shows within one frame of its recorded time / speed, early or late
+)
 
 
 def watch(lanes, speed, path, monkeypatch):
     """Replay `lanes` on a fake clock: [(seconds since the replay began, method, event)] for each event the
     moment it first shows, the frame times, and the time the replay ended."""
     clock = FakeClock()
-    monkeypatch.setattr(replay_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter,
-                                                                     sleep=clock.sleep))
-    frames = (replay(lanes, speed, clock, frame_s=FRAME_S) if path == "stop"
-              else replay(lanes, speed, None, frame_s=FRAME_S, sleep=clock.sleep))
+    monkeypatch.setattr(
+        replay_module,
+        "time",
+        types.SimpleNamespace(perf_counter=clock.perf_counter, sleep=clock.sleep),
+    )
+    frames = (
+        replay(lanes, speed, clock, frame_s=FRAME_S)
+        if path == "stop"
+        else replay(lanes, speed, None, frame_s=FRAME_S, sleep=clock.sleep)
+    )
     began, shown, frame_times, last = clock.now, [], [], None
     for frame in frames:
         at = clock.now - began
@@ -134,7 +185,7 @@ def watch(lanes, speed, path, monkeypatch):
         for method, lane in frame.items():
             counts = (len(lane.events), lane.done is not None)
             before = (0, False) if last is None else last[method]
-            shown += [(at, method, event) for event in lane.events[before[0]:counts[0]]]
+            shown += [(at, method, event) for event in lane.events[before[0] : counts[0]]]
             if counts[1] and not before[1]:
                 shown.append((at, method, lane.done))
         last = {method: (len(lane.events), lane.done is not None) for method, lane in frame.items()}
@@ -150,32 +201,60 @@ def timed_lanes() -> dict[str, Lane]:
     """Two lanes with known timings spread over 0.6 s, far wider than a frame: a pace off by any sizeable
     factor moves the late events by many frames."""
     lanes = {}
-    for method, times in {"vanilla": [0.05 * k for k in range(1, 13)], "ouroboros": [0.07, 0.19, 0.33, 0.4]}.items():
+    for method, times in {
+        "vanilla": [0.05 * k for k in range(1, 13)],
+        "ouroboros": [0.07, 0.19, 0.33, 0.4],
+    }.items():
         lane = Lane(method)
         for index, elapsed in enumerate(times):
             token = tok(index, f"t{index}", Source.TARGET)
-            lane.apply(StepEvent(index=index, drafted=(), branches=(), accepted=(), rejected=(), target_token=token,
-                                 draft_ms=0.0, verify_ms=1.0, elapsed_s=elapsed))
-        stats = Stats(new_tokens=len(times), target_forwards=len(times), drafted_tokens=0, accepted_tokens=0,
-                      seconds=times[-1] + 0.01, draft_seconds=0.0, verify_seconds=times[-1])
+            lane.apply(
+                StepEvent(
+                    index=index,
+                    drafted=(),
+                    branches=(),
+                    accepted=(),
+                    rejected=(),
+                    target_token=token,
+                    draft_ms=0.0,
+                    verify_ms=1.0,
+                    elapsed_s=elapsed,
+                )
+            )
+        stats = Stats(
+            new_tokens=len(times),
+            target_forwards=len(times),
+            drafted_tokens=0,
+            accepted_tokens=0,
+            seconds=times[-1] + 0.01,
+            draft_seconds=0.0,
+            verify_seconds=times[-1],
+        )
         lane.apply(DoneEvent(tuple(range(len(times))), "", stats, "max_new_tokens"))
         lanes[method] = lane
     return lanes
 
 
-@pytest.mark.parametrize("path", ["sleep", "stop"])  # replay waits on `sleep`, or on the app's stop Event
+@pytest.mark.parametrize(
+    "path", ["sleep", "stop"]
+)  # replay waits on `sleep`, or on the app's stop Event
 @pytest.mark.parametrize("speed", list(SPEEDS.values()), ids=list(SPEEDS))
 def test_replay_keeps_the_recorded_pace_at_every_speed(speed, path, monkeypatch):
     lanes = timed_lanes()
     shown, frame_times, ended = watch(lanes, speed, path, monkeypatch)
-    expected = sorted((recorded_time(e), m) for m, lane in lanes.items() for e in lane.events + [lane.done])
-    assert sorted((recorded_time(e), m) for _, m, e in shown) == expected  # every event shown exactly once
+    expected = sorted(
+        (recorded_time(e), m) for m, lane in lanes.items() for e in lane.events + [lane.done]
+    )
+    assert (
+        sorted((recorded_time(e), m) for _, m, e in shown) == expected
+    )  # every event shown exactly once
     for at, method, event in shown:
         due = recorded_time(event) / speed
         # Both ways: not before its time (beyond the frame that gathers it), and not after it.
         assert abs(at - due) <= TOLERANCE_S + 1e-9, (
             f"{method} event recorded at {recorded_time(event):.3f} s shown at {at:.3f} s of replay at speed "
-            f"{speed}: due at {due:.3f} s, {at / due if due else float('inf'):.2f}x its time")
+            f"{speed}: due at {due:.3f} s, {at / due if due else float('inf'):.2f}x its time"
+        )
     length = max(lane.done.stats.seconds for lane in lanes.values()) / speed
     assert length - TOLERANCE_S <= ended <= length + TOLERANCE_S + DRAW_S
     gaps = [b - a for a, b in zip(frame_times, frame_times[1:])]
@@ -188,14 +267,18 @@ def test_replay_rebuilds_the_race_at_its_true_relative_timings(raced, monkeypatc
     assert sum(isinstance(m[2], DoneEvent) for m in moments) == 2
     seen = []
     clock = FakeClock()
-    monkeypatch.setattr(replay_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(
+        replay_module, "time", types.SimpleNamespace(perf_counter=clock.perf_counter)
+    )
     for frame in replay(raced, 0.5, clock, frame_s=FRAME_S):
         seen.append({method: lane.tokens for method, lane in frame.items()})
     assert len(seen) > 3 and seen == sorted(seen, key=lambda tokens: sum(tokens.values()))
     for method, lane in frame.items():
         assert [t.id for t in lane.committed] == list(raced[method].done.token_ids)
         assert lane.done == raced[method].done
-    shown, _, _ = watch(raced, 0.5, "stop", monkeypatch)  # the real race's timings keep their pace too
+    shown, _, _ = watch(
+        raced, 0.5, "stop", monkeypatch
+    )  # the real race's timings keep their pace too
     for at, _, event in shown:
         assert abs(at - recorded_time(event) / 0.5) <= TOLERANCE_S + 1e-9
 
@@ -212,8 +295,16 @@ def test_stop_ends_a_replay_at_once(raced):
 
 def test_stats_survive_the_round_trip():
     lane = hand_made_lane()
-    stats = Stats(new_tokens=3, target_forwards=1, drafted_tokens=3, accepted_tokens=2, seconds=0.03,
-                  draft_seconds=0.0015, verify_seconds=0.02, rejected_steps=1)
+    stats = Stats(
+        new_tokens=3,
+        target_forwards=1,
+        drafted_tokens=3,
+        accepted_tokens=2,
+        seconds=0.03,
+        draft_seconds=0.0015,
+        verify_seconds=0.02,
+        rejected_steps=1,
+    )
     lane.apply(DoneEvent((1, 4, 7), "axz", stats, "max_new_tokens"))
     again = next(f for f in replay({"ouroboros": lane}, 100.0, None) if f["ouroboros"].done)
     assert again["ouroboros"].done.stats == stats and again["ouroboros"].tokens == 3
@@ -229,5 +320,7 @@ def test_fit_to_ten_seconds_plays_any_race_in_ten_seconds(monkeypatch):
     _, _, ended = watch(lanes, speed, "stop", monkeypatch)
     assert FIT_S - TOLERANCE_S <= ended <= FIT_S + TOLERANCE_S + DRAW_S
     assert [speed_for(choice, lanes) for choice in SPEEDS] == list(SPEEDS.values())
-    with pytest.raises(ValueError, match="Replay speed must be one of fit to 10 s, 1x, 1/4, 1/10, got '2x'"):
+    with pytest.raises(
+        ValueError, match="Replay speed must be one of fit to 10 s, 1x, 1/4, 1/10, got '2x'"
+    ):
         speed_for("2x", lanes)

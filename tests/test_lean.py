@@ -38,12 +38,26 @@ TINY_TEXT = [(7 * i + 3) % 500 for i in range(128)]  # token ids for the tiny mo
 def llama3_scaled(eos_id: int):
     """A Llama with Llama 3.x's rope scaling and tied embeddings, as the 1B drafts are."""
     torch.manual_seed(5)
-    config = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=1024,
-                         tie_word_embeddings=True, eos_token_id=eos_id, bos_token_id=eos_id,
-                         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                          "original_max_position_embeddings": 64})
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=eos_id,
+        bos_token_id=eos_id,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -58,7 +72,11 @@ def family_model(kind: str, eos_id: int, init: float = 0.4):
         generator = torch.Generator().manual_seed(8)
         with torch.no_grad():
             for layer in model.model.layers:
-                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                for proj in (
+                    layer.self_attn.q_proj,
+                    layer.self_attn.k_proj,
+                    layer.self_attn.v_proj,
+                ):
                     # About the size of q, k and v themselves at init 0.1 (0.7), a fifth of it at 0.4.
                     proj.bias.copy_(torch.randn(proj.bias.shape, generator=generator) * 0.5)
     return model
@@ -72,7 +90,9 @@ def calls(model):
     out = [forward_tree(model, cache, prompt, [], [])]
     out.append(forward_tree(model, cache, [11], [], []))
     out.append(forward_tree(model, cache, [12, 13], [], []))
-    out.append(forward_tree(model, cache, [14], [], [[15, 16, 17], [18, 19], [20]], offsets=[0, 1, 0]))
+    out.append(
+        forward_tree(model, cache, [14], [], [[15, 16, 17], [18, 19], [20]], offsets=[0, 1, 0])
+    )
     truncate(cache, 42)
     out.append(forward_tree(model, cache, [21], [22, 23], [[24], [25, 26]], attach=[1, 2]))
     return out
@@ -83,7 +103,9 @@ def draft_forwards(model, text: list[int], prompt: int = 24) -> list[tuple[int, 
     then for each width a catch-up on that many tokens (the target's accepted ones: one row of logits) and a
     tree of that many rows (the draft's newest token, then a pool phrase and a lookahead column one position
     further on: a row of logits each), every one after the tokens before it are in the cache."""
-    assert len(text) >= prompt + sum(width + 1 for width in WIDTHS) + WIDTHS[-1], "text too short for every width"
+    assert len(text) >= prompt + sum(width + 1 for width in WIDTHS) + WIDTHS[-1], (
+        "text too short for every width"
+    )
     runner = DraftRunner(model)
     sequence = text[:prompt]
     out = [(prompt, 1, runner.forward(sequence))]
@@ -107,15 +129,24 @@ class DequantizedReference:
         for i, layer in enumerate(self.narrow.model.layers):
             qkv, o, gate_up, down = lean._narrow_layers(i)
             attention, mlp = layer.self_attn, layer.mlp
-            q, k, v = qkv.dequantized().split([p.out_features for p in (attention.q_proj, attention.k_proj,
-                                                                         attention.v_proj)])
+            q, k, v = qkv.dequantized().split(
+                [p.out_features for p in (attention.q_proj, attention.k_proj, attention.v_proj)]
+            )
             gate, up = gate_up.dequantized().chunk(2)
-            for proj, weight in ((attention.q_proj, q), (attention.k_proj, k), (attention.v_proj, v),
-                                 (attention.o_proj, o.dequantized()), (mlp.gate_proj, gate), (mlp.up_proj, up),
-                                 (mlp.down_proj, down.dequantized())):
+            for proj, weight in (
+                (attention.q_proj, q),
+                (attention.k_proj, k),
+                (attention.v_proj, v),
+                (attention.o_proj, o.dequantized()),
+                (mlp.gate_proj, gate),
+                (mlp.up_proj, up),
+                (mlp.down_proj, down.dequantized()),
+            ):
                 proj.weight = torch.nn.Parameter(weight, requires_grad=False)
         # A new parameter: a tied head would otherwise change the input embeddings with it.
-        self.narrow.lm_head.weight = torch.nn.Parameter(Int8Linear(lean.head).dequantized(), requires_grad=False)
+        self.narrow.lm_head.weight = torch.nn.Parameter(
+            Int8Linear(lean.head).dequantized(), requires_grad=False
+        )
 
     @property
     def dtype(self):
@@ -144,7 +175,8 @@ def check_every_width(model, lean, text: list[int], bound: float) -> None:
     rows = kept_rows = 0
     to_reference = to_own = 0.0  # narrow forwards' mean distance to the two
     for (fed, kept, own), (_, _, expected), (_, _, got) in zip(
-            draft_forwards(model, text), draft_forwards(reference, text), draft_forwards(lean, text)):
+        draft_forwards(model, text), draft_forwards(reference, text), draft_forwards(lean, text)
+    ):
         where = f"{fed} rows fed, {kept} kept"
         assert got.shape == expected.shape == own.shape, where
         error = (got - expected).abs().max().item()
@@ -153,20 +185,28 @@ def check_every_width(model, lean, text: list[int], bound: float) -> None:
             to_reference += (got - expected).abs().mean().item()
             to_own += (got - own).abs().mean().item()
         rows, kept_rows = rows + len(own), kept_rows + int((got.argmax(-1) == own.argmax(-1)).sum())
-    assert kept_rows >= ARGMAX_KEPT * rows, f"the model's argmax kept on {kept_rows} of {rows} rows only"
-    assert to_reference < to_own, "the narrow forwards should compute with the int8 weights, not the model's own"
+    assert kept_rows >= ARGMAX_KEPT * rows, (
+        f"the model's argmax kept on {kept_rows} of {rows} rows only"
+    )
+    assert to_reference < to_own, (
+        "the narrow forwards should compute with the int8 weights, not the model's own"
+    )
 
 
 def test_int8_linear_rounds_each_row_to_its_scale_and_multiplies_as_the_kernel_should():
     generator = torch.Generator().manual_seed(3)
-    weight = torch.randn(96, 64, generator=generator) * torch.rand(96, 1, generator=generator)  # rows of many sizes
+    weight = torch.randn(96, 64, generator=generator) * torch.rand(
+        96, 1, generator=generator
+    )  # rows of many sizes
     weight[5] = 0.0  # an all-zero row keeps a usable scale
     bias = torch.randn(96, generator=generator)
     layer = Int8Linear(weight, bias)
     assert layer.weight.dtype == torch.int8 and layer.scale.dtype == torch.bfloat16
-    assert torch.equal(layer.scale[torch.arange(96) != 5], (weight.abs().amax(dim=1) / 127).to(torch.bfloat16)[
-        torch.arange(96) != 5])
-    steps = ((layer.dequantized() - weight).abs() / layer.scale.float()[:, None])
+    assert torch.equal(
+        layer.scale[torch.arange(96) != 5],
+        (weight.abs().amax(dim=1) / 127).to(torch.bfloat16)[torch.arange(96) != 5],
+    )
+    steps = (layer.dequantized() - weight).abs() / layer.scale.float()[:, None]
     # Half a step from rounding; the row's largest entry may reach a little over 127 steps of the bfloat16-rounded
     # scale and be clamped, one step at most.
     assert steps.max().item() <= 1.0 and (steps > 0.5 + 1e-6).float().mean().item() < 0.02
@@ -176,9 +216,15 @@ def test_int8_linear_rounds_each_row_to_its_scale_and_multiplies_as_the_kernel_s
     assert got.shape == (1, 5, 96) and got.dtype == torch.float32
     # The kernel's product comes out in bfloat16 (8 significant bits: here bit for bit the rounded float32
     # product; another CPU may sum in another order), and the bias is added after.
-    assert torch.allclose(got - bias, product, rtol=2 ** -7, atol=1e-4), (got - bias - product).abs().max().item()
-    assert (Int8Linear(weight)(x) - product).abs().max().item() <= 2 ** -7 * product.abs().max().item()
-    assert (got - Int8Linear(weight)(x) - bias).abs().max().item() < 1e-5, "the bias must be added once"
+    assert torch.allclose(got - bias, product, rtol=2**-7, atol=1e-4), (
+        (got - bias - product).abs().max().item()
+    )
+    assert (
+        Int8Linear(weight)(x) - product
+    ).abs().max().item() <= 2**-7 * product.abs().max().item()
+    assert (got - Int8Linear(weight)(x) - bias).abs().max().item() < 1e-5, (
+        "the bias must be added once"
+    )
 
 
 @pytest.mark.parametrize("kind", LLAMA_FAMILY + ("llama3",))
@@ -191,10 +237,19 @@ def test_the_lean_forward_gives_the_models_own_logits(kind, eos_id):
     lean.narrow_rows = False
     for step, (expected, got) in enumerate(zip(calls(model), calls(lean))):
         assert got.shape == expected.shape, step
-        assert torch.allclose(got, expected, atol=EXACT, rtol=0), (step, (got - expected).abs().max().item())
+        assert torch.allclose(got, expected, atol=EXACT, rtol=0), (
+            step,
+            (got - expected).abs().max().item(),
+        )
         assert torch.equal(got.argmax(-1), expected.argmax(-1)), step
-    for (fed, kept, expected), (_, _, got) in zip(draft_forwards(model, TINY_TEXT), draft_forwards(lean, TINY_TEXT)):
-        assert torch.allclose(got, expected, atol=EXACT, rtol=0), (fed, kept, (got - expected).abs().max().item())
+    for (fed, kept, expected), (_, _, got) in zip(
+        draft_forwards(model, TINY_TEXT), draft_forwards(lean, TINY_TEXT)
+    ):
+        assert torch.allclose(got, expected, atol=EXACT, rtol=0), (
+            fed,
+            kept,
+            (got - expected).abs().max().item(),
+        )
 
 
 @pytest.mark.parametrize("kind", LLAMA_FAMILY + ("llama3",))
@@ -205,7 +260,9 @@ def test_every_width_the_drafters_feed_gives_the_models_own_logits(kind, eos_id)
 
 def test_a_model_drafting_for_itself_keeps_float32(make_engine):
     engine = make_engine("llama", "same")
-    assert isinstance(engine.draft_forward(), LeanDecoder) and not engine.draft_forward().narrow_rows
+    assert (
+        isinstance(engine.draft_forward(), LeanDecoder) and not engine.draft_forward().narrow_rows
+    )
 
 
 def test_the_lean_forward_in_bfloat16_rounds_as_the_model_does(eos_id):
@@ -257,7 +314,11 @@ def test_draft_runner_proposes_the_same_with_either_forward(eos_id):
     for _ in range(12):
         tokens = [int(runner.forward(sequence)[0].argmax()) for runner in runners]
         assert tokens[0] == tokens[1]
-        sequence = sequence[:-3] + [tokens[0], 9, tokens[0]] if len(sequence) % 4 == 0 else sequence + tokens[:1]
+        sequence = (
+            sequence[:-3] + [tokens[0], 9, tokens[0]]
+            if len(sequence) % 4 == 0
+            else sequence + tokens[:1]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +358,9 @@ class Stack:
 
 def test_the_embedded_draft_gives_its_own_logits_at_every_width(embedded):
     """At a trained model's scale: the embedded draft."""
-    check_every_width(embedded.draft, lean_draft(embedded.draft), embedded.encode(EMBEDDED_TEXT), EMBEDDED_BOUND)
+    check_every_width(
+        embedded.draft, lean_draft(embedded.draft), embedded.encode(EMBEDDED_TEXT), EMBEDDED_BOUND
+    )
 
 
 def test_the_embedded_pair_drafts_with_the_lean_forward_step_for_step(embedded):
@@ -306,17 +369,22 @@ def test_the_embedded_pair_drafts_with_the_lean_forward_step_for_step(embedded):
     engine = embedded
     lean = engine.draft_forward()
     assert isinstance(lean, LeanDecoder) and lean.narrow_rows
-    prompt = "def count_words(text):\n    \"\"\"Return a dict of word -> count.\"\"\"\n"
+    prompt = 'def count_words(text):\n    """Return a dict of word -> count."""\n'
 
     def run():
-        return [(e.trunk, e.branches, e.accepted) for e in engine.stream(prompt, "ouroboros", 48)
-                if isinstance(e, StepEvent)]
+        return [
+            (e.trunk, e.branches, e.accepted)
+            for e in engine.stream(prompt, "ouroboros", 48)
+            if isinstance(e, StepEvent)
+        ]
 
     narrow_ids = engine.generate(prompt, "ouroboros", 48).token_ids
     lean.narrow_rows = False
     try:
         lean_steps = run()
-        engine._draft_forward = engine.draft  # what the engine does with a draft the lean forward cannot take
+        engine._draft_forward = (
+            engine.draft
+        )  # what the engine does with a draft the lean forward cannot take
         assert run() == lean_steps
     finally:
         engine._draft_forward = None
@@ -327,8 +395,18 @@ def test_a_draft_whose_widths_the_int8_kernel_cannot_step_keeps_float32(eos_id):
     """The kernel's vector paths read 16 (AVX-512) or 8 (AVX2) inputs at a time with no tail: a width of 40 would
     read past each row, so such a draft keeps the lean forward in float32."""
     torch.manual_seed(5)
-    config = LlamaConfig(vocab_size=512, hidden_size=40, intermediate_size=72, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, eos_token_id=eos_id, bos_token_id=eos_id)
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=40,
+        intermediate_size=72,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        eos_token_id=eos_id,
+        bos_token_id=eos_id,
+    )
     lean = lean_draft(LlamaForCausalLM(config).eval())
     assert isinstance(lean, LeanDecoder) and not lean.narrow_rows
-    assert lean_draft(family_model("llama", eos_id)).narrow_rows, "a width of 16s takes the int8 forwards"
+    assert lean_draft(family_model("llama", eos_id)).narrow_rows, (
+        "a width of 16s takes the int8 forwards"
+    )

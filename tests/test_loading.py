@@ -63,7 +63,8 @@ def test_the_page_sees_each_stage_while_the_pair_loads_and_nothing_once_ready(ca
     # One log line per step: the download's second count does not add one.
     assert [line.split(" (")[0] for line in lines[:2]] == [
         "model pair: Downloading someone/target: 1 of 4 files",
-        "model pair: Loading the target onto cpu in float32"]
+        "model pair: Loading the target onto cpu in float32",
+    ]
     assert len(lines) == 3 and lines[2].startswith("model pair: ready in ")
 
 
@@ -83,23 +84,40 @@ def test_a_failed_load_gives_one_sentence_to_the_page_and_the_detail_to_the_log(
     with pytest.raises(LoadError) as raised:
         loader.wait(timeout=10)
     sentence = str(raised.value)
-    assert sentence == ("The model pair could not be loaded: loading failed with RuntimeError: "
-                        "check OUROBOROS_PRESET, or OUROBOROS_TARGET and OUROBOROS_DRAFT.")
+    assert sentence == (
+        "The model pair could not be loaded: loading failed with RuntimeError: "
+        "check OUROBOROS_PRESET, or OUROBOROS_TARGET and OUROBOROS_DRAFT."
+    )
     assert "0xdead" not in sentence  # the detail stays in the log
-    assert any("0xdead" in (record.exc_text or "") for record in caplog.records
-               if record.levelno == logging.ERROR)
+    assert any(
+        "0xdead" in (record.exc_text or "")
+        for record in caplog.records
+        if record.levelno == logging.ERROR
+    )
     status = loader.status_html()
     assert 'role="alert"' in status and "could not be loaded" in status and "server's log" in status
 
 
-@pytest.mark.parametrize("error,expected", [
-    (LoadError("meta-llama/Llama-3.1-8B is gated: accept its licence on the Hub and set HF_TOKEN"),
-     "The model pair could not be loaded: meta-llama/Llama-3.1-8B is gated: accept its licence on "
-     "the Hub and set HF_TOKEN."),
-    (MemoryError(), "out of memory while loading the pair: pick a smaller pair (OUROBOROS_PRESET)"),
-    (type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory"),
-     "OUROBOROS_DTYPE=bfloat16"),
-])
+@pytest.mark.parametrize(
+    "error,expected",
+    [
+        (
+            LoadError(
+                "meta-llama/Llama-3.1-8B is gated: accept its licence on the Hub and set HF_TOKEN"
+            ),
+            "The model pair could not be loaded: meta-llama/Llama-3.1-8B is gated: accept its licence on "
+            "the Hub and set HF_TOKEN.",
+        ),
+        (
+            MemoryError(),
+            "out of memory while loading the pair: pick a smaller pair (OUROBOROS_PRESET)",
+        ),
+        (
+            type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory"),
+            "OUROBOROS_DTYPE=bfloat16",
+        ),
+    ],
+)
 def test_failure_sentences_say_what_to_set(error, expected):
     assert expected in failure_sentence(error)
 
@@ -121,8 +139,9 @@ def failure_of(loader: PairLoader) -> str:
 
 def test_a_name_that_is_not_a_preset_says_which_are(monkeypatch):
     sentence = failure_of(loader_for_env(monkeypatch, OUROBOROS_PRESET="qwen-coder-7"))
-    assert sentence.startswith("The model pair could not be loaded: "
-                               "OUROBOROS_PRESET='qwen-coder-7' is not a preset")
+    assert sentence.startswith(
+        "The model pair could not be loaded: OUROBOROS_PRESET='qwen-coder-7' is not a preset"
+    )
     assert "demo, qwen-coder-7b" in sentence and "OUROBOROS_TARGET and OUROBOROS_DRAFT" in sentence
 
 
@@ -139,17 +158,26 @@ def test_a_gated_pair_without_a_token_says_to_set_hf_token(monkeypatch):
 
     def gated(repo_id, **kwargs):  # what the Hub answers for a gated repository and no token
         url = f"https://huggingface.co/api/models/{repo_id}/revision/main"
-        response = httpx.Response(401, request=httpx.Request("GET", url),
-                                  headers={"X-Error-Code": "GatedRepo"})
-        raise GatedRepoError(f"Access to model {repo_id} is restricted. You must have access to "
-                             "it.", response=response)
+        response = httpx.Response(
+            401, request=httpx.Request("GET", url), headers={"X-Error-Code": "GatedRepo"}
+        )
+        raise GatedRepoError(
+            f"Access to model {repo_id} is restricted. You must have access to it.",
+            response=response,
+        )
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
-    sentence = failure_of(loader_for_env(monkeypatch,
-                                         OUROBOROS_TARGET="meta-llama/Llama-3.1-8B-Instruct",
-                                         OUROBOROS_DRAFT="meta-llama/Llama-3.2-1B-Instruct"))
-    assert sentence == ("The model pair could not be loaded: meta-llama/Llama-3.1-8B-Instruct is "
-                        "gated: accept its licence on the Hub and set HF_TOKEN.")
+    sentence = failure_of(
+        loader_for_env(
+            monkeypatch,
+            OUROBOROS_TARGET="meta-llama/Llama-3.1-8B-Instruct",
+            OUROBOROS_DRAFT="meta-llama/Llama-3.2-1B-Instruct",
+        )
+    )
+    assert sentence == (
+        "The model pair could not be loaded: meta-llama/Llama-3.1-8B-Instruct is "
+        "gated: accept its licence on the Hub and set HF_TOKEN."
+    )
 
 
 def test_a_pair_larger_than_free_memory_is_refused_with_the_sizes(monkeypatch):
@@ -168,9 +196,13 @@ def test_a_draft_with_another_vocabulary_is_refused(monkeypatch, tmp_path):
     other = save_tiny_pair(tmp_path)  # its own 300-token tokenizer
     target = models.ASSETS / "models/target"
     assert len(AutoTokenizer.from_pretrained(other / "draft")) != len(
-        AutoTokenizer.from_pretrained(target))
-    sentence = failure_of(loader_for_env(monkeypatch, OUROBOROS_TARGET=str(target),
-                                         OUROBOROS_DRAFT=str(other / "draft")))
+        AutoTokenizer.from_pretrained(target)
+    )
+    sentence = failure_of(
+        loader_for_env(
+            monkeypatch, OUROBOROS_TARGET=str(target), OUROBOROS_DRAFT=str(other / "draft")
+        )
+    )
     assert "have different vocabularies" in sentence and "shares the target's tokenizer" in sentence
 
 
@@ -181,20 +213,35 @@ def test_download_progress_reaches_the_report_as_files_and_bytes():
 
     seen = []
     bar_class = reporting_bars("someone/target", seen.append)
-    written = _create_progress_bar(cls=bar_class, log_level=logging.WARNING, name="x",
-                                   desc="Reconstructing", total=0, initial=0, unit="B",
-                                   unit_scale=True)
-    received = _create_progress_bar(cls=bar_class, log_level=logging.WARNING, name="y",
-                                    desc="Downloading bytes", total=0, initial=0, unit="B",
-                                    unit_scale=True)
+    written = _create_progress_bar(
+        cls=bar_class,
+        log_level=logging.WARNING,
+        name="x",
+        desc="Reconstructing",
+        total=0,
+        initial=0,
+        unit="B",
+        unit_scale=True,
+    )
+    received = _create_progress_bar(
+        cls=bar_class,
+        log_level=logging.WARNING,
+        name="y",
+        desc="Downloading bytes",
+        total=0,
+        initial=0,
+        unit="B",
+        unit_scale=True,
+    )
     written.total = 3 * 2**20
 
     def fetch(size):
         received.update(size)  # received bytes are not shown: the written ones are
         written.update(size)
 
-    hf_thread_map(fetch, [2**20, 2**20, 2**20], desc="Fetching 3 files", max_workers=1,
-                  tqdm_class=bar_class)
+    hf_thread_map(
+        fetch, [2**20, 2**20, 2**20], desc="Fetching 3 files", max_workers=1, tqdm_class=bar_class
+    )
     last = seen[-1]
     assert last.stage == "download"
     assert last.text == "Downloading someone/target: 3 of 3 files, 3 MiB of 3 MiB"
@@ -254,6 +301,7 @@ def test_while_loading_the_page_waits_with_the_stage_and_then_races(monkeypatch)
     assert "accepted from a pool phrase" in view[loading.legend]
     context = loader.engine.max_context
     tokens = len(loader.engine.encode("def f():\n"))
-    assert view[loading.room] == (f"{tokens} of the {context - 128:,} tokens the model can read "
-                                  "with 128 new tokens.")
+    assert view[loading.room] == (
+        f"{tokens} of the {context - 128:,} tokens the model can read with 128 new tokens."
+    )
     assert "Running on **cpu** in **float32**" in view[loading.pair]

@@ -34,10 +34,16 @@ def slow_hub_app(tmp_path_factory):
     cache = tmp_path_factory.mktemp("hub")
     for role in ("target", "draft"):
         lay_out_hub_cache(cache, f"ouroboros-test/demo-{role}", ROOT / "assets" / "models" / role)
-    server = started({"HF_HUB_CACHE": str(cache), "OUROBOROS_TARGET": "ouroboros-test/demo-target",
-                      "OUROBOROS_DRAFT": "ouroboros-test/demo-draft", "OUROBOROS_DEVICE": "cpu",
-                      "OUROBOROS_TEST_LOAD_DELAY_S": str(DELAY_S),
-                      "PYTHONPATH": f"{ROOT / 'tests' / 'slow_load'}:{ROOT}"})
+    server = started(
+        {
+            "HF_HUB_CACHE": str(cache),
+            "OUROBOROS_TARGET": "ouroboros-test/demo-target",
+            "OUROBOROS_DRAFT": "ouroboros-test/demo-draft",
+            "OUROBOROS_DEVICE": "cpu",
+            "OUROBOROS_TEST_LOAD_DELAY_S": str(DELAY_S),
+            "PYTHONPATH": f"{ROOT / 'tests' / 'slow_load'}:{ROOT}",
+        }
+    )
     yield server
     server.stop()
 
@@ -62,16 +68,26 @@ def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, s
         served = time.monotonic()
         page = open_page(context, slow_hub_app.url)  # served while the pair loads behind it
         downloading = seen_stages(page, "Downloading ouroboros-test/demo-draft", 60)
-        assert any("Getting the model pair ready" in text and "Downloading ouroboros-test/demo-target" in text
-                   and "files" in text for text in downloading), downloading
+        assert any(
+            "Getting the model pair ready" in text
+            and "Downloading ouroboros-test/demo-target" in text
+            and "files" in text
+            for text in downloading
+        ), downloading
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "loading.png"))
-        start_race(page, CODE_PROMPT, 16)  # pressed while the pair still loads: the race waits for it
+        start_race(
+            page, CODE_PROMPT, 16
+        )  # pressed while the pair still loads: the race waits for it
         loading = seen_stages(page, "Loading the draft", 60)
-        assert any("Loading the target onto cpu in float32" in text for text in downloading + loading), loading
+        assert any(
+            "Loading the target onto cpu in float32" in text for text in downloading + loading
+        ), loading
         sync_api.expect(page.locator("#badge")).to_contain_text("Getting the model pair ready")
         assert finished_badge(page).startswith("Identical outputs: 16 tokens")
-        sync_api.expect(page.locator("#load-status")).to_have_text("")  # gone once the pair is ready
+        sync_api.expect(page.locator("#load-status")).to_have_text(
+            ""
+        )  # gone once the pair is ready
         sync_api.expect(page.locator("#pair")).to_contain_text("Running on cpu in float32")
         assert time.monotonic() - served > 3 * DELAY_S  # the race waited for the whole load
         assert page.errors == []
@@ -81,9 +97,13 @@ def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, s
     stages = [line.split("model pair: ")[1] for line in log.splitlines() if "model pair: " in line]
     # The log: one line per step, the download's counts not repeated.
     assert [stage.split(" (")[0] for stage in stages[:-1]] == [
-        "Fetching ouroboros-test/demo-target from the Hub", "Fetching ouroboros-test/demo-draft from the Hub",
-        "Loading the target onto cpu in float32", "Loading the draft onto cpu in float32", "Warming up",
-        "Timing a short race at each thread count"], stages
+        "Fetching ouroboros-test/demo-target from the Hub",
+        "Fetching ouroboros-test/demo-draft from the Hub",
+        "Loading the target onto cpu in float32",
+        "Loading the draft onto cpu in float32",
+        "Warming up",
+        "Timing a short race at each thread count",
+    ], stages
     assert stages[-1].startswith("ready in "), stages
 
 
@@ -94,16 +114,22 @@ def failing_app():
     server.stop()
 
 
-def test_a_pair_that_cannot_load_says_what_to_set_and_the_server_keeps_serving(browser, failing_app):  # noqa: F811
-    sentence = ("The model pair could not be loaded: OUROBOROS_PRESET='qwen-coder-7' is not a preset: set it to one "
-                "of smollm2, demo, qwen-coder-7b")
+def test_a_pair_that_cannot_load_says_what_to_set_and_the_server_keeps_serving(
+    browser, failing_app
+):  # noqa: F811
+    sentence = (
+        "The model pair could not be loaded: OUROBOROS_PRESET='qwen-coder-7' is not a preset: set it to one "
+        "of smollm2, demo, qwen-coder-7b"
+    )
     context = open_context(browser, 1400, 900)
     try:
         page = open_page(context, failing_app.url)
         sync_api.expect(page.locator("#load-status")).to_contain_text(sentence, timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / "load-failed.png"))
         start_race(page, CODE_PROMPT, 8)
-        sync_api.expect(page.locator(".toast-body").first).to_contain_text("is not a preset", timeout=30_000)
+        sync_api.expect(page.locator(".toast-body").first).to_contain_text(
+            "is not a preset", timeout=30_000
+        )
         assert page.errors == []
     finally:
         context.close()
@@ -112,4 +138,6 @@ def test_a_pair_that_cannot_load_says_what_to_set_and_the_server_keeps_serving(b
     assert failing_app.process.poll() is None
     log = failing_app.log_text()
     assert "model pair failed to load: " + sentence in log and "Traceback" not in log
-    assert "torch threads: 1 (OUROBOROS_THREADS)" in log  # the start-up line says the count and its source
+    assert (
+        "torch threads: 1 (OUROBOROS_THREADS)" in log
+    )  # the start-up line says the count and its source

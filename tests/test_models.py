@@ -27,7 +27,9 @@ def saved_pair(tmp_path_factory):
 
 def run_python(code: str, env_extra: dict) -> subprocess.CompletedProcess:
     env = {**os.environ, **env_extra, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_local_folders_load_and_decode_losslessly(saved_pair):
@@ -36,7 +38,9 @@ def test_local_folders_load_and_decode_losslessly(saved_pair):
     prompt = "def add(a, b):\n    return"
     ids = engine.tokenizer(prompt, return_tensors="pt").input_ids
     with unpacked(engine.target):  # stock transformers, as a user has it
-        expected = engine.target.generate(ids, do_sample=False, max_new_tokens=24)[0, ids.shape[1]:].tolist()
+        expected = engine.target.generate(ids, do_sample=False, max_new_tokens=24)[
+            0, ids.shape[1] :
+        ].tolist()
     for method in ("vanilla", "speculative", "ouroboros"):
         assert engine.generate(prompt, method, 24).token_ids == expected
 
@@ -44,10 +48,12 @@ def test_local_folders_load_and_decode_losslessly(saved_pair):
 def test_hub_id_loads_from_cache_offline(saved_pair, tmp_path):
     lay_out_hub_cache(tmp_path, "someone/tiny-target", saved_pair / "target")
     lay_out_hub_cache(tmp_path, "someone/tiny-draft", saved_pair / "draft")
-    code = ("from ouroboros_core import load_engine\n"
-            "e = load_engine('someone/tiny-target', 'someone/tiny-draft', 'cpu')\n"
-            "r = e.generate('def f(x):', 'ouroboros', 8)\n"
-            "print('OK', r.token_ids)\n")
+    code = (
+        "from ouroboros_core import load_engine\n"
+        "e = load_engine('someone/tiny-target', 'someone/tiny-draft', 'cpu')\n"
+        "r = e.generate('def f(x):', 'ouroboros', 8)\n"
+        "print('OK', r.token_ids)\n"
+    )
     done = run_python(code, {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     local = load_engine(str(saved_pair / "target"), str(saved_pair / "draft"), "cpu")
@@ -56,9 +62,11 @@ def test_hub_id_loads_from_cache_offline(saved_pair, tmp_path):
 
 
 def test_hub_id_missing_offline_says_how_to_fix(tmp_path):
-    code = ("from ouroboros_core import LoadError, load_engine\n"
-            "try:\n    load_engine('nobody/not-cached', 'nobody/not-cached-draft', 'cpu')\n"
-            "except LoadError as err:\n    print('ERR', err)\n")
+    code = (
+        "from ouroboros_core import LoadError, load_engine\n"
+        "try:\n    load_engine('nobody/not-cached', 'nobody/not-cached-draft', 'cpu')\n"
+        "except LoadError as err:\n    print('ERR', err)\n"
+    )
     done = run_python(code, {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ERR cannot load nobody/not-cached" in done.stdout
@@ -89,8 +97,9 @@ def test_different_vocabularies_are_refused(saved_pair, tmp_path):
 
 def test_a_model_that_is_not_a_causal_lm_is_refused(saved_pair, tmp_path):
     folder = tmp_path / "distilbert"
-    DistilBertModel(DistilBertConfig(vocab_size=300, dim=32, n_layers=1, n_heads=2,
-                                     hidden_dim=64)).save_pretrained(folder)
+    DistilBertModel(
+        DistilBertConfig(vocab_size=300, dim=32, n_layers=1, n_heads=2, hidden_dim=64)
+    ).save_pretrained(folder)
     PreTrainedTokenizerFast.from_pretrained(saved_pair / "target").save_pretrained(folder)
     with pytest.raises(LoadError, match="not a causal language model"):
         load_engine(str(saved_pair / "target"), str(folder), "cpu")
@@ -122,10 +131,17 @@ def test_embedded_pair_loads_offline_with_plain_transformers():
 
     for name in ("target", "draft"):
         folder = ROOT / "assets" / "models" / name
-        for file in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                     "generation_config.json"):
+        for file in (
+            "config.json",
+            "model.safetensors",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "generation_config.json",
+        ):
             assert (folder / file).is_file(), f"{folder / file} is missing"
-        assert json.loads((folder / "generation_config.json").read_text())["eos_token_id"] is not None
+        assert (
+            json.loads((folder / "generation_config.json").read_text())["eos_token_id"] is not None
+        )
         AutoModelForCausalLM.from_pretrained(folder)
         AutoTokenizer.from_pretrained(folder)
     engine = load_engine("demo")
@@ -155,8 +171,10 @@ def test_trained_tokenizer_keeps_newlines_apart_from_indentation():
     assert pieces.count("\n") == text.count("\n"), pieces
     assert all(piece == "\n" or "\n" not in piece for piece in pieces), pieces
     stub = 'def f(x):\n    """Doc."""\n'
-    assert tokenizer(stub + "    return x\n")["input_ids"][: len(tokenizer(stub)["input_ids"])] == \
-        tokenizer(stub)["input_ids"]
+    assert (
+        tokenizer(stub + "    return x\n")["input_ids"][: len(tokenizer(stub)["input_ids"])]
+        == tokenizer(stub)["input_ids"]
+    )
 
 
 def test_a_preset_names_its_dtype_and_a_bad_dtype_is_a_clear_error(monkeypatch):
@@ -165,9 +183,19 @@ def test_a_preset_names_its_dtype_and_a_bad_dtype_is_a_clear_error(monkeypatch):
     assert presets()["demo"].dtype == "float32"
     asked = []
     real = models_module.pick_dtype
-    monkeypatch.setattr(models_module, "pick_dtype", lambda dtype, device: asked.append(dtype) or real(dtype, device))
+    monkeypatch.setattr(
+        models_module,
+        "pick_dtype",
+        lambda dtype, device: asked.append(dtype) or real(dtype, device),
+    )
     assert load_engine("demo").target.dtype == torch.float32
-    assert load_engine("demo", dtype="bfloat16").target.dtype == torch.bfloat16  # an explicit choice overrides the preset
-    assert asked == ["float32", "bfloat16"], "the embedded pair is float32 on every device, CUDA included"
-    with pytest.raises(LoadError, match="dtype must be one of float32, bfloat16, float16, got 'float64'"):
+    assert (
+        load_engine("demo", dtype="bfloat16").target.dtype == torch.bfloat16
+    )  # an explicit choice overrides the preset
+    assert asked == ["float32", "bfloat16"], (
+        "the embedded pair is float32 on every device, CUDA included"
+    )
+    with pytest.raises(
+        LoadError, match="dtype must be one of float32, bfloat16, float16, got 'float64'"
+    ):
         load_engine("demo", dtype="float64")

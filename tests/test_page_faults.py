@@ -11,8 +11,18 @@ from gradio_client.exceptions import ValidationError
 
 from app_server import app_server  # noqa: F401  (the fixture)
 from pace import scaled
-from test_browser import (CODE_PROMPT, browser, context, finished_badge, open_context, open_page, page,  # noqa: F401
-                          set_slider, start_race, sync_api)
+from test_browser import (
+    CODE_PROMPT,
+    browser,
+    context,
+    finished_badge,
+    open_context,
+    open_page,
+    page,  # noqa: F401
+    set_slider,
+    start_race,
+    sync_api,
+)
 from test_clicks import log_length, races_logged
 
 BUSY = {"PROCESSING", "ITERATING", "PROGRESS"}  # a job that holds the device
@@ -44,7 +54,9 @@ def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, 
         # a Replay pressed now would stop the race before it began.
         sync_api.expect(page.locator("#race-status .progress-text")).to_be_visible()
         assert replay.is_disabled(), "Replay is still enabled while the new race waits in the queue"
-        assert page.locator("#lane-ouroboros .cursor").count() == 0, "the race began: this proves nothing"
+        assert page.locator("#lane-ouroboros .cursor").count() == 0, (
+            "the race began: this proves nothing"
+        )
     finally:
         busy.cancel()
     assert "Identical outputs: 8 tokens" in finished_badge(page)
@@ -68,14 +80,22 @@ def legend(page) -> str:
 
 
 def test_the_legend_names_only_the_sources_the_race_can_show(page):
-    loaded(page)  # the knobs and the legend at the pair's settings: a knob moved before would be set back
+    loaded(
+        page
+    )  # the knobs and the legend at the pair's settings: a knob moved before would be set back
     # The tiny pair verifies one pool phrase per step and has no lookahead window: the pool is in play, rarely.
-    sync_api.expect(page.locator(".legend")).to_contain_text("pool phrase (rare", timeout=scaled(30) * 1000)
+    sync_api.expect(page.locator(".legend")).to_contain_text(
+        "pool phrase (rare", timeout=scaled(30) * 1000
+    )
     page.get_by_text("Ouroboros parameters").click()
-    set_slider(page, "branches k", 0)  # the default pair's setting (with no draft candidates): no pool read
+    set_slider(
+        page, "branches k", 0
+    )  # the default pair's setting (with no draft candidates): no pool read
     start_race(page, CODE_PROMPT, 8)
     finished_badge(page)
-    assert "pool phrase" not in legend(page) and page.locator(".legend .tok-pool").count() == 0, legend(page)
+    assert "pool phrase" not in legend(page) and page.locator(".legend .tok-pool").count() == 0, (
+        legend(page)
+    )
     for kept in ("accepted from the draft model", "accepted by lookup", "the target's own token"):
         assert kept in legend(page), legend(page)
     assert page.errors == []  # the other settings' legends: tests/test_render.py
@@ -94,8 +114,12 @@ def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_serv
         box.fill(typed)
         box.press("Enter")
         page.locator("#run").click()
-        sync_api.expect(page.locator("#max-new")).to_contain_text(sentence, timeout=scaled(30) * 1000)
-        assert box.input_value() == typed  # what was typed stands, beside the sentence that refuses it
+        sync_api.expect(page.locator("#max-new")).to_contain_text(
+            sentence, timeout=scaled(30) * 1000
+        )
+        assert (
+            box.input_value() == typed
+        )  # what was typed stands, beside the sentence that refuses it
     page.wait_for_timeout(500)
     assert page.locator("#badge .badge").count() == 0 and races_logged(app_server, since) == []
     set_slider(page, "Max new tokens", 8)  # a count in range runs, and the sentence goes
@@ -106,8 +130,12 @@ def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_serv
 
 
 @pytest.mark.parametrize("width, height", [(390, 844), (1400, 900)], ids=["phone", "laptop"])
-def test_the_settings_panels_stack_on_a_phone_and_sit_side_by_side_on_a_laptop(browser, app_server,  # noqa: F811
-                                                                               width, height):
+def test_the_settings_panels_stack_on_a_phone_and_sit_side_by_side_on_a_laptop(
+    browser,
+    app_server,  # noqa: F811
+    width,
+    height,
+):
     sized = open_context(browser, width, height)
     try:
         page = open_page(sized, app_server.url)
@@ -115,14 +143,25 @@ def test_the_settings_panels_stack_on_a_phone_and_sit_side_by_side_on_a_laptop(b
         knobs, sampling, row = page.evaluate(PANELS)
         if width < 640:  # one under the other, each the row's full width, its title on one line
             assert sampling["top"] >= knobs["bottom"], (knobs, sampling)
-            assert min(knobs["width"], sampling["width"]) >= row["width"] - 1, (knobs, sampling, row)
+            assert min(knobs["width"], sampling["width"]) >= row["width"] - 1, (
+                knobs,
+                sampling,
+                row,
+            )
             titles = page.locator("#settings button.label-wrap span:first-child")
             line = titles.first.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)")
-            heights = titles.evaluate_all("spans => spans.map(s => s.getBoundingClientRect().height)")
+            heights = titles.evaluate_all(
+                "spans => spans.map(s => s.getBoundingClientRect().height)"
+            )
             assert len(heights) == 2 and max(heights) < 1.5 * line, (heights, line)
         else:  # side by side, half the row each, as before
-            assert abs(knobs["top"] - sampling["top"]) <= 1 and knobs["right"] <= sampling["left"], (knobs, sampling)
-            assert abs(knobs["width"] - sampling["width"]) <= 1 and knobs["width"] > row["width"] / 2 - 20
+            assert (
+                abs(knobs["top"] - sampling["top"]) <= 1 and knobs["right"] <= sampling["left"]
+            ), (knobs, sampling)
+            assert (
+                abs(knobs["width"] - sampling["width"]) <= 1
+                and knobs["width"] > row["width"] / 2 - 20
+            )
         assert page.errors == []
     finally:
         sized.close()

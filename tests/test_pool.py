@@ -149,10 +149,19 @@ def sampled_drafter(models, trunk, stands, choices_at, sampler=None, **options):
     from ouroboros_core.sampling import Sampler
     from ouroboros_core.trunk import DraftTrunk, Trunk
 
-    drafter = Ouroboros(models.draft("llama", "noisy"), OuroborosConfig(**options),
-                        PhrasePool(8, 1000), sampler=sampler or Sampler(0.8, 0.95, 1))
-    drafted = Trunk(list(trunk), [Source.DRAFT] * len(trunk), list(stands), dict(choices_at),
-                    Branches(DraftTrunk.name))
+    drafter = Ouroboros(
+        models.draft("llama", "noisy"),
+        OuroborosConfig(**options),
+        PhrasePool(8, 1000),
+        sampler=sampler or Sampler(0.8, 0.95, 1),
+    )
+    drafted = Trunk(
+        list(trunk),
+        [Source.DRAFT] * len(trunk),
+        list(stands),
+        dict(choices_at),
+        Branches(DraftTrunk.name),
+    )
     drafter.trunk.propose = lambda committed, limit, copying=False: drafted
     return drafter
 
@@ -217,8 +226,9 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
     assert proposal.notes[PoolPhrases.name] == [[20, 21, 22, 23, 24]]
     # The target takes the trunk and the phrase's first token, then goes its own way.
     for _ in range(30):
-        drafter.observe(committed + [5, 20, 99], len(committed), proposal, Verdict(1, 0, 1, 99),
-                        [5, 99])
+        drafter.observe(
+            committed + [5, 20, 99], len(committed), proposal, Verdict(1, 0, 1, 99), [5, 99]
+        )
     trust = drafter.phrases.trust
     assert trust.reached[POOL_PHRASE][:3] == [30, 30, 0] and trust.kept[POOL_PHRASE][:2] == [30, 0]
     assert drafter.propose(committed, 8).branches == [[20]]

@@ -10,18 +10,44 @@ from ouroboros_core.race import Lane
 from ui.chart import chart_svg, nice_ticks
 from ui.calibration import Calibration, StepCosts
 from ui.page import pair_settings
-from ui.render import (LIVE_MIN_TOKENS, badge_html, lane_html, lane_parts, lane_stats, legend_html, prompt_tail,
-                       race_log_line, sampling_line, summary_html)
+from ui.render import (
+    LIVE_MIN_TOKENS,
+    badge_html,
+    lane_html,
+    lane_parts,
+    lane_stats,
+    legend_html,
+    prompt_tail,
+    race_log_line,
+    sampling_line,
+    summary_html,
+)
 
 
 def step(index, accepted, target, rejected=(), elapsed=0.1):
-    return StepEvent(index=index, drafted=tuple(accepted) + tuple(rejected), branches=(), accepted=tuple(accepted),
-                     rejected=tuple(rejected), target_token=target, draft_ms=1.0, verify_ms=2.0, elapsed_s=elapsed)
+    return StepEvent(
+        index=index,
+        drafted=tuple(accepted) + tuple(rejected),
+        branches=(),
+        accepted=tuple(accepted),
+        rejected=tuple(rejected),
+        target_token=target,
+        draft_ms=1.0,
+        verify_ms=2.0,
+        elapsed_s=elapsed,
+    )
 
 
 def done(ids, text, seconds, forwards, drafted=0, accepted=0, reason="max_new_tokens"):
-    stats = Stats(new_tokens=len(ids), target_forwards=forwards, drafted_tokens=drafted, accepted_tokens=accepted,
-                  seconds=seconds, draft_seconds=0.0, verify_seconds=seconds)
+    stats = Stats(
+        new_tokens=len(ids),
+        target_forwards=forwards,
+        drafted_tokens=drafted,
+        accepted_tokens=accepted,
+        seconds=seconds,
+        draft_seconds=0.0,
+        verify_seconds=seconds,
+    )
     return DoneEvent(tuple(ids), text, stats, reason)
 
 
@@ -34,15 +60,29 @@ def race_lanes(ouroboros_ids=(1, 2, 3), reason="max_new_tokens"):
     for i, (n, text) in enumerate(((1, "<b>"), (2, " x"), (3, "\n"))):
         vanilla.apply(step(i, (), tok(n, text), elapsed=0.1 * (i + 1)))
     vanilla.apply(done((1, 2, 3), "<b> x\n", 0.3, 3, reason=reason))
-    ouroboros.apply(step(0, (tok(1, "<b>", Source.PROMPT), tok(2, " x", Source.DRAFT)), tok(3, "\n"),
-                         rejected=(tok(9, "y", Source.DRAFT),), elapsed=0.1))
+    ouroboros.apply(
+        step(
+            0,
+            (tok(1, "<b>", Source.PROMPT), tok(2, " x", Source.DRAFT)),
+            tok(3, "\n"),
+            rejected=(tok(9, "y", Source.DRAFT),),
+            elapsed=0.1,
+        )
+    )
     ouroboros.apply(done(ouroboros_ids, "<b> x\n", 0.1, 1, drafted=3, accepted=2, reason=reason))
     return {"vanilla": vanilla, "ouroboros": ouroboros}
 
 
 def test_lane_text_is_escaped_and_coloured_by_source():
     lane = Lane("ouroboros")
-    lane.apply(step(0, (tok(1, "<b>", Source.PROMPT),), tok(2, " & y"), rejected=(tok(9, "<i>", Source.DRAFT),)))
+    lane.apply(
+        step(
+            0,
+            (tok(1, "<b>", Source.PROMPT),),
+            tok(2, " & y"),
+            rejected=(tok(9, "<i>", Source.DRAFT),),
+        )
+    )
     html = lane_html(lane, colour=True)
     assert '<span class="tok tok-prompt">&lt;b&gt;</span>' in html
     assert '<span class="tok tok-target"> &amp; y</span>' in html
@@ -61,7 +101,11 @@ def test_a_finished_lane_has_no_cursor_and_no_rejected_tail():
 def test_stats_give_speedup_tokens_per_forward_and_acceptance():
     lanes = race_lanes()
     text = lane_stats(lanes["ouroboros"], lanes["vanilla"])
-    assert "3.00x vanilla by the clock" in text and "<b>3.00 tokens/forward</b>" in text and "67% accepted" in text
+    assert (
+        "3.00x vanilla by the clock" in text
+        and "<b>3.00 tokens/forward</b>" in text
+        and "67% accepted" in text
+    )
     assert text.index("tokens/forward") < text.index("by the clock")  # the steady figure leads
     assert "vanilla" not in lane_stats(lanes["vanilla"], lanes["vanilla"]).replace("lane-stats", "")
 
@@ -72,7 +116,9 @@ def test_lane_parts_of_a_missing_lane_are_empty_and_vanilla_is_never_coloured():
     lanes["speculative"] = lanes.pop("ouroboros")
     lanes["speculative"].method = "speculative"
     html, _ = lane_parts(lanes, "speculative", True)
-    assert html.startswith('<pre class="lane-text">') and "tok-draft" in html  # its title is in its own column
+    assert (
+        html.startswith('<pre class="lane-text">') and "tok-draft" in html
+    )  # its title is in its own column
     assert "tok-" not in lane_parts(lanes, "vanilla", True)[0], "the vanilla lane is never coloured"
 
 
@@ -82,8 +128,12 @@ def test_badge_names_identical_differing_and_stopped_races():
     for lane in one.values():
         lane.committed = lane.committed[:1]
         lane.done = DoneEvent(lane.done.token_ids[:1], "", lane.done.stats, "max_new_tokens")
-    assert "Identical outputs: 1 token," in badge_html(one) and "· 1 token ·" in lane_stats(one["vanilla"], None)
-    assert badge_html(race_lanes(ouroboros_ids=(1, 5, 3))) == "", "a difference waits for its measured verdict"
+    assert "Identical outputs: 1 token," in badge_html(one) and "· 1 token ·" in lane_stats(
+        one["vanilla"], None
+    )
+    assert badge_html(race_lanes(ouroboros_ids=(1, 5, 3))) == "", (
+        "a difference waits for its measured verdict"
+    )
     differ = badge_html(race_lanes(ouroboros_ids=(1, 5, 3)), {})
     assert "Outputs differ" in differ and "at token 1" in differ and "This is a bug." in differ
     assert "Stopped." in badge_html(race_lanes(reason="cancelled"))
@@ -99,32 +149,62 @@ def test_summary_table_with_forwards_measured_and_expected_and_the_chart():
     table = summary_html(lanes, costs)
     rows = re.findall(r"<tr>(.*?)</tr>", table)
     cells = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row) for row in rows]
-    assert cells[0] == ["lane", "target forwards", "tokens/forward", "speedup (clock)", "expected", "tok/s", "seconds",
-                        "tokens", "accepted"]
-    assert cells[1] == ["Vanilla (target alone)", "3", "1.00", "1.00x", "-", "10.0", "0.30", "3", "-"]
+    assert cells[0] == [
+        "lane",
+        "target forwards",
+        "tokens/forward",
+        "speedup (clock)",
+        "expected",
+        "tok/s",
+        "seconds",
+        "tokens",
+        "accepted",
+    ]
+    assert cells[1] == [
+        "Vanilla (target alone)",
+        "3",
+        "1.00",
+        "1.00x",
+        "-",
+        "10.0",
+        "0.30",
+        "3",
+        "-",
+    ]
     # This race's own step cost the same as a vanilla step (0.1 s), so it measured 3.00x; at the calibrated
     # costs its 3 tokens per forward predict 1.00x. The two differ, and the note says which step costs did it.
     assert cells[2] == ["Ouroboros", "1", "3.00", "3.00x", "1.00x", "30.0", "0.10", "3", "67%"]
-    assert ("measured 3.00x; expected 1.00x = 3.00 tokens per target forward ÷ a step costing 3.00x a vanilla step "
-            "(300.0 ms against 100.0 ms, medians over the warm-up and 3 earlier races). In this race a step "
-            "cost 1.00x a vanilla one (100.0 ms against 100.0 ms)") in table
+    assert (
+        "measured 3.00x; expected 1.00x = 3.00 tokens per target forward ÷ a step costing 3.00x a vanilla step "
+        "(300.0 ms against 100.0 ms, medians over the warm-up and 3 earlier races). In this race a step "
+        "cost 1.00x a vanilla one (100.0 ms against 100.0 ms)"
+    ) in table
     # The forward count, which no machine noise moves, is the lanes' own target_forwards.
     assert "Target forwards: vanilla 3, Ouroboros 1 (<b>3.00x fewer</b>)" in table
     assert '<td data-label="target forwards">1</td>' in table  # the phone's cards name each figure
     # Where the tokens came from, every source named, a zero too (the pool's colour is rare by default).
-    assert ("Ouroboros</b>'s 3 tokens: 1 by the draft model, 1 by lookup, 0 from pool phrases, 1 the "
-            "target&#x27;s own.") in table
+    assert (
+        "Ouroboros</b>'s 3 tokens: 1 by the draft model, 1 by lookup, 0 from pool phrases, 1 the "
+        "target&#x27;s own."
+    ) in table
     uncalibrated = summary_html(lanes, None)
-    assert "no earlier race of this lane on this server" in uncalibrated and "<td data-label=\"expected\">-</td>" \
-        in uncalibrated
+    assert (
+        "no earlier race of this lane on this server" in uncalibrated
+        and '<td data-label="expected">-</td>' in uncalibrated
+    )
     svg = chart_svg(lanes)
     assert svg.count("<svg") == 2  # the wide drawing and the phone's
     points = re.findall(r'data-lane="ouroboros" points="([^"]*)"', svg)
-    assert len(points) == 2 and all(len(p.split()) == 2 for p in points)  # (0 s, 0 tokens) and (0.1 s, 3)
+    assert len(points) == 2 and all(
+        len(p.split()) == 2 for p in points
+    )  # (0 s, 0 tokens) and (0.1 s, 3)
     assert "<polyline" not in chart_svg({}) and "tick" in chart_svg({})
     assert nice_ticks(17.9) == [0, 5, 10, 15, 20] and nice_ticks(0.31) == [0, 0.1, 0.2, 0.3, 0.4]
     assert nice_ticks(128, 4) == [0, 50, 100, 150] and nice_ticks(0) == [0.0, 1.0]
-    assert race_log_line(lanes) == "vanilla 3 tokens max_new_tokens 0.30 s, ouroboros 3 tokens max_new_tokens 0.10 s"
+    assert (
+        race_log_line(lanes)
+        == "vanilla 3 tokens max_new_tokens 0.30 s, ouroboros 3 tokens max_new_tokens 0.10 s"
+    )
 
 
 def test_a_float_tie_is_told_calmly_and_a_measured_mismatch_with_its_gap():
@@ -135,8 +215,11 @@ def test_a_float_tie_is_told_calmly_and_a_measured_mismatch_with_its_gap():
     assert tie.startswith('<div class="badge tie">') and "bug" not in tie
     assert "identical up to token 1" in tie and "within bfloat16 rounding (gap 0.03125)" in tie
     mismatch = badge_html(lanes, {"ouroboros": OutputVerdict("mismatch", 1, 2.5, "float32")})
-    assert 'class="badge differ"' in mismatch and "Ouroboros departs from the target&#x27;s greedy output at token 1" \
-        in mismatch and "score gap 2.5, not a rounding tie" in mismatch
+    assert (
+        'class="badge differ"' in mismatch
+        and "Ouroboros departs from the target&#x27;s greedy output at token 1" in mismatch
+        and "score gap 2.5, not a rounding tie" in mismatch
+    )
     assert "This is a bug." in mismatch
 
 
@@ -166,20 +249,33 @@ def streaming_lanes(ouroboros_tokens: int, vanilla_tokens: int, ouroboros_done: 
         for i in range(n):
             lanes[method].apply(step(i, (), tok(i, "x"), elapsed=dt * (i + 1)))
     if ouroboros_done:
-        lanes["ouroboros"].apply(done(tuple(range(ouroboros_tokens)), "x" * ouroboros_tokens, 0.01 * ouroboros_tokens,
-                                      ouroboros_tokens))
+        lanes["ouroboros"].apply(
+            done(
+                tuple(range(ouroboros_tokens)),
+                "x" * ouroboros_tokens,
+                0.01 * ouroboros_tokens,
+                ouroboros_tokens,
+            )
+        )
     return lanes
 
 
 def test_the_live_speedup_waits_for_enough_tokens_and_a_finished_lane_figure_holds_still():
     early = streaming_lanes(LIVE_MIN_TOKENS - 1, LIVE_MIN_TOKENS + 5)
-    assert f"speedup after {LIVE_MIN_TOKENS} tokens" in lane_stats(early["ouroboros"], early["vanilla"])
+    assert f"speedup after {LIVE_MIN_TOKENS} tokens" in lane_stats(
+        early["ouroboros"], early["vanilla"]
+    )
     assert "by the clock" not in lane_stats(early["ouroboros"], early["vanilla"])
     running = streaming_lanes(LIVE_MIN_TOKENS, LIVE_MIN_TOKENS)
     assert "3.00x vanilla by the clock" in lane_stats(running["ouroboros"], running["vanilla"])
     # Ouroboros finished while vanilla runs on: its line stays the same whatever vanilla does meanwhile.
-    lines = {lane_stats(streaming_lanes(40, n, ouroboros_done=True)["ouroboros"],
-                        streaming_lanes(40, n, ouroboros_done=True)["vanilla"]) for n in (20, 25, 33)}
+    lines = {
+        lane_stats(
+            streaming_lanes(40, n, ouroboros_done=True)["ouroboros"],
+            streaming_lanes(40, n, ouroboros_done=True)["vanilla"],
+        )
+        for n in (20, 25, 33)
+    }
     assert len(lines) == 1 and "speedup when vanilla finishes" in lines.pop()
     # The forward count is on every lane, vanilla's too.
     assert f"· {LIVE_MIN_TOKENS} target forwards</div>" in lane_stats(running["vanilla"], None)
@@ -191,8 +287,10 @@ def test_each_lane_starts_with_the_prompt_last_line_dimmed():
     assert prompt_tail("x") == "x"
     lane = race_lanes()["ouroboros"]
     text = lane_html(lane, True, "def <f>():\n")
-    assert text.startswith('<pre class="lane-text">\n<span class="prompt-tail" title="the end of the prompt">def '
-                           '&lt;f&gt;():\n</span><span class="tok tok-prompt">')
+    assert text.startswith(
+        '<pre class="lane-text">\n<span class="prompt-tail" title="the end of the prompt">def '
+        '&lt;f&gt;():\n</span><span class="tok tok-prompt">'
+    )
 
 
 def test_a_sampled_race_names_its_seed_and_says_when_it_was_drawn():
@@ -226,7 +324,9 @@ def test_a_race_that_met_a_busy_machine_says_so_and_its_forwards_lead_either_way
     assert "measured 3.00x; expected 1.00x" in busy and "this race met a busy machine." in busy
     # The same leading figure, first, whether the machine was busy or not.
     for table in (quiet, busy):
-        assert table.startswith('<p class="forwards">Target forwards: vanilla 3, Ouroboros 1 (<b>3.00x fewer</b>)')
+        assert table.startswith(
+            '<p class="forwards">Target forwards: vanilla 3, Ouroboros 1 (<b>3.00x fewer</b>)'
+        )
 
 
 def pair_legend(preset: str, **knobs) -> str:
@@ -242,9 +342,17 @@ def test_the_legend_names_only_the_sources_a_race_can_show():
     default = pair_legend("smollm2")
     assert "tok-pool" not in default and "pool phrase" not in default
     assert all(f"tok-{kind}" in default for kind in ("draft", "prompt", "target"))
-    assert "pool phrase (rare with window W at 0)" in pair_legend("demo")  # one branch, no lookahead window
+    assert "pool phrase (rare with window W at 0)" in pair_legend(
+        "demo"
+    )  # one branch, no lookahead window
     assert ">accepted from a pool phrase</span>" in pair_legend("demo", window=4)
-    assert "tok-pool" in pair_legend("smollm2", branches=1) and "tok-pool" not in pair_legend("demo", branches=0)
-    assert "tok-pool" in legend_html({**pair_settings(), "branches": 0})  # the engine's draft candidates read it
+    assert "tok-pool" in pair_legend("smollm2", branches=1) and "tok-pool" not in pair_legend(
+        "demo", branches=0
+    )
+    assert "tok-pool" in legend_html(
+        {**pair_settings(), "branches": 0}
+    )  # the engine's draft candidates read it
     assert "tok-prompt" not in pair_legend("smollm2", lookup=0)  # nothing looked up, nothing pooled
-    assert "tok-pool" not in pair_legend("smollm2", branches=-1)  # as a refused page sends it: nothing in play
+    assert "tok-pool" not in pair_legend(
+        "smollm2", branches=-1
+    )  # as a refused page sends it: nothing in play

@@ -26,9 +26,12 @@ CODE_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
 # The app's default cap (OUROBOROS_MAX_NEW_TOKENS), which the fixture leaves alone.
 MAX_NEW_TOKENS = 512
 # The app's KNOBS, as a visitor reads them on the sliders: (low, high, label).
-KNOBS = {"gamma": (1, 16, "gamma (minimum draft length)"),
-         "window": (0, 32, "window W (lookahead columns)"),
-         "ngram": (2, 8, "n-gram size N"), "branches": (0, 8, "branches k")}
+KNOBS = {
+    "gamma": (1, 16, "gamma (minimum draft length)"),
+    "window": (0, 32, "window W (lookahead columns)"),
+    "ngram": (2, 8, "n-gram size N"),
+    "branches": (0, 8, "branches k"),
+}
 KNOB_ORDER = ("gamma", "window", "ngram", "branches")
 # As the sliders read.
 SAMPLING = {"temperature": (0.0, 2.0, "Temperature"), "top_p": (0.05, 1.0, "Top-p")}
@@ -42,8 +45,9 @@ def client(app_server):  # noqa: F811
 
 
 def race(client, prompt, max_new_tokens, **knobs):
-    return client.predict(prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER),
-                          api_name="/race")
+    return client.predict(
+        prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER), api_name="/race"
+    )
 
 
 def assert_lossless(result, max_new_tokens):
@@ -92,14 +96,24 @@ def raw_race(url: str, prompt, max_new_tokens, **knobs) -> tuple[str, object, st
     answered at once, before any queue: 422 with each parameter's verdict, returned here as an
     "error" event whose data is the refused parameters' messages.
     """
-    sampling = {"temperature": 0.0, "top_p": 1.0, "seed": None,
-                **{k: v for k, v in knobs.items() if k in SAMPLING}}
-    data = [prompt, max_new_tokens, *(knobs.get(name) for name in KNOB_ORDER), *sampling.values(),
-            False]  # raw
+    sampling = {
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "seed": None,
+        **{k: v for k, v in knobs.items() if k in SAMPLING},
+    }
+    data = [
+        prompt,
+        max_new_tokens,
+        *(knobs.get(name) for name in KNOB_ORDER),
+        *sampling.values(),
+        False,
+    ]  # raw
     body = json.dumps({"data": data}, ensure_ascii=True, allow_nan=True)
     with httpx.Client(timeout=RACE_TIMEOUT_S) as http:
-        posted = http.post(f"{url}gradio_api/call/race", content=body,
-                           headers={"Content-Type": "application/json"})
+        posted = http.post(
+            f"{url}gradio_api/call/race", content=body, headers={"Content-Type": "application/json"}
+        )
         if posted.status_code == 422:
             refused = [item["message"] for item in posted.json()["detail"] if not item["is_valid"]]
             return "error", " ".join(refused), posted.text
@@ -130,15 +144,25 @@ def raw_error(url: str, prompt, max_new_tokens, **knobs) -> str:
 
 # ------------------------------------------------------------------------------------------ knobs
 
+
 def bad_values(low: int, high: int) -> list[tuple[str, object]]:
-    return [("below", low - 1), ("negative", -5), ("above", high + 1), ("huge", 10**9),
-            ("fractional", low + 1.5), ("string", "many"), ("bool", True)]
+    return [
+        ("below", low - 1),
+        ("negative", -5),
+        ("above", high + 1),
+        ("huge", 10**9),
+        ("fractional", low + 1.5),
+        ("string", "many"),
+        ("bool", True),
+    ]
 
 
-KNOB_CASES = [(name, value) for name, (low, high, _) in KNOBS.items()
-              for _, value in bad_values(low, high)]
-KNOB_IDS = [f"{name}-{kind}" for name, (low, high, _) in KNOBS.items()
-            for kind, _ in bad_values(low, high)]
+KNOB_CASES = [
+    (name, value) for name, (low, high, _) in KNOBS.items() for _, value in bad_values(low, high)
+]
+KNOB_IDS = [
+    f"{name}-{kind}" for name, (low, high, _) in KNOBS.items() for kind, _ in bad_values(low, high)
+]
 
 
 @pytest.mark.parametrize("knob, value", KNOB_CASES, ids=KNOB_IDS)
@@ -180,14 +204,21 @@ def test_bad_max_new_tokens_is_refused_by_range(client, value):
 
 # gradio_client (httpx) refuses to encode NaN and the infinities, so these go through raw HTTP.
 NONFINITE = [("max_new_tokens", value) for value in (math.nan, math.inf, -math.inf)] + [
-    (knob, value) for knob in KNOB_ORDER + tuple(SAMPLING)
-    for value in (math.nan, math.inf, -math.inf)]
+    (knob, value)
+    for knob in KNOB_ORDER + tuple(SAMPLING)
+    for value in (math.nan, math.inf, -math.inf)
+]
 
 
-@pytest.mark.parametrize("name, value", NONFINITE,
-                         ids=[f"{name}-{value}" for name, value in NONFINITE])
-def test_non_finite_number_is_refused_by_name_and_range(client, app_server, name,  # noqa: F811
-                                                         value):
+@pytest.mark.parametrize(
+    "name, value", NONFINITE, ids=[f"{name}-{value}" for name, value in NONFINITE]
+)
+def test_non_finite_number_is_refused_by_name_and_range(
+    client,
+    app_server,
+    name,  # noqa: F811
+    value,
+):
     if name == "max_new_tokens":
         message = raw_error(app_server.url, CODE_PROMPT, value)
         assert_names_range(message, "Max new tokens", 1, MAX_NEW_TOKENS)
@@ -202,13 +233,22 @@ def test_non_finite_number_is_refused_by_name_and_range(client, app_server, name
     assert_serving(client)
 
 
-@pytest.mark.parametrize("knobs", [
-    {"gamma": 16, "window": 32, "ngram": 8, "branches": 8},
-    {"gamma": 1, "window": 0, "ngram": 2, "branches": 0},
-    {"gamma": 16, "window": 32, "ngram": 2, "branches": 0},
-    {"gamma": 1, "window": 0, "ngram": 8, "branches": 8},
-    {"gamma": 2.0, "window": 4.0, "ngram": 3.0, "branches": 1.0},  # what the page's sliders send
-], ids=["all-high", "all-low", "mixed-1", "mixed-2", "whole-floats"])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"gamma": 16, "window": 32, "ngram": 8, "branches": 8},
+        {"gamma": 1, "window": 0, "ngram": 2, "branches": 0},
+        {"gamma": 16, "window": 32, "ngram": 2, "branches": 0},
+        {"gamma": 1, "window": 0, "ngram": 8, "branches": 8},
+        {
+            "gamma": 2.0,
+            "window": 4.0,
+            "ngram": 3.0,
+            "branches": 1.0,
+        },  # what the page's sliders send
+    ],
+    ids=["all-high", "all-low", "mixed-1", "mixed-2", "whole-floats"],
+)
 def test_boundary_knobs_are_accepted_and_lossless(client, knobs):
     result = race(client, CODE_PROMPT, 24, **knobs)
     assert_lossless(result, 24)
@@ -220,15 +260,18 @@ def test_boundary_knobs_are_accepted_and_lossless(client, knobs):
 
 # ---------------------------------------------------------------------------------------- prompts
 
+
 def test_megabyte_prompt_names_the_character_cap(client):
     message = refusal(client, "x" * 1_000_000, 8)
     assert "32,000" in message and "1,000,000" in message, message
     assert_serving(client)
 
 
-@pytest.mark.parametrize("control", ["\x00", "\x1b[31m", "\x7f", "\x0b", "\x85", "\x9b"],
-                         ids=["nul", "ansi-escape", "delete", "vertical-tab", "c1-next-line",
-                              "c1-csi"])
+@pytest.mark.parametrize(
+    "control",
+    ["\x00", "\x1b[31m", "\x7f", "\x0b", "\x85", "\x9b"],
+    ids=["nul", "ansi-escape", "delete", "vertical-tab", "c1-next-line", "c1-csi"],
+)
 def test_control_character_is_named_with_its_position(client, control):
     prefix = CODE_PROMPT + "    # colour: "
     message = refusal(client, prefix + control + "red\n", 8)
@@ -239,7 +282,7 @@ def test_control_character_is_named_with_its_position(client, control):
 
 
 def test_tab_newlines_and_form_feed_are_accepted(client):
-    prompt = "import os\f\n\ndef walk(path):\r\n\t\"\"\"List the files under path.\"\"\"\n\t"
+    prompt = 'import os\f\n\ndef walk(path):\r\n\t"""List the files under path."""\n\t'
     assert_lossless(race(client, prompt, 16), 16)
     assert_serving(client)
 
@@ -257,7 +300,7 @@ def test_lone_surrogate_is_refused_without_a_traceback(client, app_server, surro
 def test_escaped_surrogate_pair_is_one_valid_character(client, app_server):  # noqa: F811
     # "\ud83d\ude00" in JSON is the one character U+1F600, not two lone surrogates: it must be
     # accepted.
-    event, payload, stream = raw_race(app_server.url, "# \U0001F600 smile\n" + CODE_PROMPT, 8)
+    event, payload, stream = raw_race(app_server.url, "# \U0001f600 smile\n" + CODE_PROMPT, 8)
     assert event == "complete", stream[-2000:]
     (result,) = payload
     assert_lossless(result, 8)
@@ -265,15 +308,15 @@ def test_escaped_surrogate_pair_is_one_valid_character(client, app_server):  # n
 
 
 MULTIBYTE_PROMPTS = {
-    "emoji": '# \U0001F40D Python \U0001F389\ndef greet(name):\n'
-             '    """Say hi \U0001F44B to name \U0001F600."""\n'
-             '    return "\U0001F44B " + name + " \U0001F600\U0001F600"\n\n'
-             'def cheer():\n    return "',
-    "cjk": "# 数据处理工具\ndef 计算总和(数字列表):\n    \"\"\"返回列表中所有数字的总和。\"\"\"\n    总和 = 0\n"
-           "    for 数字 in 数字列表:\n        总和 += 数字\n    return 总和\n\ndef 平均值(数字列表):\n    \"\"\"返回",
-    "zwj-combining": "# family: \U0001F468\u200D\U0001F469\u200D\U0001F467, café, cafe\u0301, 한국어\n"
-                     "def label(person):\n"
-                     '    return "\U0001F468\u200D\U0001F469\u200D\U0001F467 " + person\n',
+    "emoji": "# \U0001f40d Python \U0001f389\ndef greet(name):\n"
+    '    """Say hi \U0001f44b to name \U0001f600."""\n'
+    '    return "\U0001f44b " + name + " \U0001f600\U0001f600"\n\n'
+    'def cheer():\n    return "',
+    "cjk": '# 数据处理工具\ndef 计算总和(数字列表):\n    """返回列表中所有数字的总和。"""\n    总和 = 0\n'
+    '    for 数字 in 数字列表:\n        总和 += 数字\n    return 总和\n\ndef 平均值(数字列表):\n    """返回',
+    "zwj-combining": "# family: \U0001f468\u200d\U0001f469\u200d\U0001f467, café, cafe\u0301, 한국어\n"
+    "def label(person):\n"
+    '    return "\U0001f468\u200d\U0001f469\u200d\U0001f467 " + person\n',
 }
 
 
@@ -295,15 +338,19 @@ def test_multibyte_prompt_streams_prefixes_of_identical_lanes(client, prompt):
             assert isinstance(lane["text"], str), method
             lane["text"].encode("utf-8")
             assert done["text"].startswith(lane["text"]), (method, lane["text"], done["text"])
-            assert done["token_ids"][:len(lane["token_ids"])] == lane["token_ids"], method
+            assert done["token_ids"][: len(lane["token_ids"])] == lane["token_ids"], method
     assert_serving(client)
 
 
-@pytest.mark.parametrize("prompt", [
-    "<script>alert(1)</script>\ndef f():\n",
-    '"><img src=x onerror=alert(1)>\n<!-- {{7*7}} ${7*7} -->\ndef render(html):\n'
-    '    return "<b>" + html + "</b>"\n',
-], ids=["script", "attribute-and-template"])
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "<script>alert(1)</script>\ndef f():\n",
+        '"><img src=x onerror=alert(1)>\n<!-- {{7*7}} ${7*7} -->\ndef render(html):\n'
+        '    return "<b>" + html + "</b>"\n',
+    ],
+    ids=["script", "attribute-and-template"],
+)
 def test_markup_in_the_prompt_is_plain_text_through_the_api(client, prompt):
     result = race(client, prompt, 24)
     assert_lossless(result, 24)
@@ -316,8 +363,10 @@ def test_markup_in_the_prompt_is_plain_text_through_the_api(client, prompt):
 
 # ----------------------------------------------------------------------------------- cancellation
 
-RACE_LINE = re.compile(r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, "
-                       r"ouroboros (\d+) tokens (\S+) [\d.]+ s")
+RACE_LINE = re.compile(
+    r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, "
+    r"ouroboros (\d+) tokens (\S+) [\d.]+ s"
+)
 
 
 def test_cancelled_api_race_stops_early_and_frees_the_device(client, app_server):  # noqa: F811
@@ -347,8 +396,12 @@ def test_cancelled_api_race_stops_early_and_frees_the_device(client, app_server)
     while cancelled is None and time.monotonic() < deadline:
         for line in app_server.log_text().splitlines():
             match = RACE_LINE.search(line)
-            if line not in before and match and match.group(1) == "api" and (
-                    {match.group(3), match.group(5)} & {"unfinished", "cancelled"}):
+            if (
+                line not in before
+                and match
+                and match.group(1) == "api"
+                and ({match.group(3), match.group(5)} & {"unfinished", "cancelled"})
+            ):
                 cancelled = match
         time.sleep(0.2)
     assert cancelled, f"no unfinished or cancelled 'race api:' line:\n{app_server.log_text()}"

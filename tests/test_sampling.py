@@ -56,6 +56,7 @@ from ouroboros_core.verify import Verdict
 
 # --- sampling --------------------------------------------------------------------------------------------
 
+
 def test_sampling_with_a_seed_is_reproducible(make_engine):
     engine = make_engine("gpt2", "noisy")
     for method in ("vanilla", "speculative", "ouroboros"):
@@ -64,11 +65,15 @@ def test_sampling_with_a_seed_is_reproducible(make_engine):
         c = run(engine, PROMPTS[0], method, 8, temperature=0.9, seed=8)
         assert a.token_ids == b.token_ids and a.text == b.text
         assert a.token_ids != c.token_ids
-    top_p = [run(engine, PROMPTS[0], "ouroboros", 8, temperature=0.9, top_p=0.5, seed=3).token_ids for _ in range(2)]
+    top_p = [
+        run(engine, PROMPTS[0], "ouroboros", 8, temperature=0.9, top_p=0.5, seed=3).token_ids
+        for _ in range(2)
+    ]
     assert top_p[0] == top_p[1]
 
 
 # --- the target's exact distribution over sequences ------------------------------------------------------
+
 
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """The smallest set of most likely tokens whose mass reaches top_p, renormalised (rows of (n, V))."""
@@ -79,15 +84,24 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return out / out.sum(dim=-1, keepdim=True)
 
 
-def next_token_probs(model, rows: list[list[int]], temperature: float, top_p: float) -> torch.Tensor:
+def next_token_probs(
+    model, rows: list[list[int]], temperature: float, top_p: float
+) -> torch.Tensor:
     """P(next token | row) for rows of equal length: (len(rows), V), in float64."""
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(rows)).logits[:, -1].double()
     return nucleus(torch.softmax(logits / temperature, dim=-1), top_p)
 
 
-def sequence_distribution(model, prompt_ids: list[int], length: int, temperature: float, top_p: float,
-                          min_prob: float, eos) -> dict[tuple[int, ...], float]:
+def sequence_distribution(
+    model,
+    prompt_ids: list[int],
+    length: int,
+    temperature: float,
+    top_p: float,
+    min_prob: float,
+    eos,
+) -> dict[tuple[int, ...], float]:
     """Every sequence of new tokens the sampler can return (`length` tokens, or fewer ending in an EOS)
     whose probability is at least min_prob, with that probability. Exact: a sequence is never likelier than
     its prefixes, so pruning prefixes below min_prob loses none."""
@@ -97,7 +111,9 @@ def sequence_distribution(model, prompt_ids: list[int], length: int, temperature
         if not frontier:
             break
         prefixes = list(frontier)
-        probs = next_token_probs(model, [prompt_ids + list(p) for p in prefixes], temperature, top_p)
+        probs = next_token_probs(
+            model, [prompt_ids + list(p) for p in prefixes], temperature, top_p
+        )
         probs *= torch.tensor([frontier[p] for p in prefixes], dtype=torch.float64)[:, None]
         frontier = {}
         for row, token in (probs >= min_prob).nonzero().tolist():
@@ -106,17 +122,25 @@ def sequence_distribution(model, prompt_ids: list[int], length: int, temperature
     return found
 
 
-def sequence_probabilities(model, prompt_ids: list[int], sequences, temperature: float, top_p: float) -> list[float]:
+def sequence_probabilities(
+    model, prompt_ids: list[int], sequences, temperature: float, top_p: float
+) -> list[float]:
     """The exact probability of each sequence of new tokens (one batched forward per prefix length)."""
     prefixes = sorted({s[:j] for s in sequences for j in range(len(s))}, key=len)
     after: dict[tuple[int, ...], torch.Tensor] = {}
     for _, group in itertools.groupby(prefixes, key=len):
         group = list(group)
-        after.update(zip(group, next_token_probs(model, [prompt_ids + list(p) for p in group], temperature, top_p)))
+        after.update(
+            zip(
+                group,
+                next_token_probs(model, [prompt_ids + list(p) for p in group], temperature, top_p),
+            )
+        )
     return [math.prod(float(after[s[:j]][s[j]]) for j in range(len(s))) for s in sequences]
 
 
 # --- the chi-square test and its power -------------------------------------------------------------------
+
 
 def chi_square_critical(df: int, z: float = 3.0902) -> float:
     """Upper critical value of chi-square (Wilson-Hilferty); z = 3.0902 is the normal's 0.999 quantile."""
@@ -143,10 +167,17 @@ class Cells:
 
     @classmethod
     def of(cls, model, prompt_ids, length, temperature, top_p, samples, eos) -> Cells:
-        exact = sequence_distribution(model, prompt_ids, length, temperature, top_p, 5.0 / samples, eos)
+        exact = sequence_distribution(
+            model, prompt_ids, length, temperature, top_p, 5.0 / samples, eos
+        )
         sequences = sorted(exact, key=exact.get, reverse=True)  # the smallest cell last
         rest = len(sequences) if (1.0 - sum(exact.values())) * samples >= 5 else len(sequences) - 1
-        return cls(sequences, rest, samples * cls(sequences, rest, np.zeros(0), samples).probabilities(exact), samples)
+        return cls(
+            sequences,
+            rest,
+            samples * cls(sequences, rest, np.zeros(0), samples).probabilities(exact),
+            samples,
+        )
 
     def probabilities(self, probs: dict) -> np.ndarray:
         """Each cell's probability, given the probability of every sequence that has a cell of its own."""
@@ -170,12 +201,16 @@ class Cells:
 
     def rejection_rate(self, probabilities: np.ndarray, repeats: int, seed: int = 0) -> float:
         """How often the test rejects when the runs' sequences follow `probabilities` (simulated)."""
-        draws = np.random.default_rng(seed).multinomial(self.samples, probabilities / probabilities.sum(), repeats)
+        draws = np.random.default_rng(seed).multinomial(
+            self.samples, probabilities / probabilities.sum(), repeats
+        )
         statistics = ((draws - self.expected) ** 2 / self.expected).sum(axis=1)
         return float((statistics > self.critical).mean())
 
 
-def assert_follows_the_target(cells: Cells, observed: Counter, engine, prompt_ids, temperature, top_p) -> None:
+def assert_follows_the_target(
+    cells: Cells, observed: Counter, engine, prompt_ids, temperature, top_p
+) -> None:
     known = set(cells.sequences)
     others = [s for s in observed if s not in known]
     probs = sequence_probabilities(engine.target, prompt_ids, others, temperature, top_p)
@@ -211,7 +246,10 @@ def test_the_distribution_test_catches_the_wrong_samplers(sampling_pair, top_p):
     assert len(cells.expected) >= 20
     exact = cells.expected / SAMPLES
     assert cells.rejection_rate(exact, 200_000) < 0.002, "false alarms well above alpha"
-    wrong = {"sampling at temperature 1.0": (engine.target, 1.0), "the draft's samples": (engine.draft, TEMPERATURE)}
+    wrong = {
+        "sampling at temperature 1.0": (engine.target, 1.0),
+        "the draft's samples": (engine.draft, TEMPERATURE),
+    }
     for name, (model, temperature) in wrong.items():
         probs = sequence_probabilities(model, prompt_ids, cells.sequences, temperature, top_p)
         power = cells.rejection_rate(cells.probabilities(dict(zip(cells.sequences, probs))), 20_000)
@@ -220,15 +258,21 @@ def test_the_distribution_test_catches_the_wrong_samplers(sampling_pair, top_p):
 
 # Each case its own seeds: on this prompt Ouroboros finds nothing to look up, so with the same seeds it would
 # return exactly the samples speculative decoding does, and the two cases would be one test, not two.
-@pytest.mark.parametrize("method,top_p,first_seed", [("speculative", 1.0, 0), ("ouroboros", 1.0, SAMPLES),
-                                                     ("ouroboros", 0.8, 2 * SAMPLES)])
-def test_sampled_first_tokens_follow_the_targets_distribution(sampling_pair, method, top_p, first_seed):
+@pytest.mark.parametrize(
+    "method,top_p,first_seed",
+    [("speculative", 1.0, 0), ("ouroboros", 1.0, SAMPLES), ("ouroboros", 0.8, 2 * SAMPLES)],
+)
+def test_sampled_first_tokens_follow_the_targets_distribution(
+    sampling_pair, method, top_p, first_seed
+):
     engine = sampling_pair
     prompt_ids = engine.encode(PROMPT)
     cells = Cells.of(engine.target, prompt_ids, LENGTH, TEMPERATURE, top_p, SAMPLES, engine.eos)
     observed, accepted, drafted = Counter(), 0, 0
     for seed in range(first_seed, first_seed + SAMPLES):
-        result = run(engine, PROMPT, method, LENGTH, temperature=TEMPERATURE, top_p=top_p, seed=seed, gamma=2)
+        result = run(
+            engine, PROMPT, method, LENGTH, temperature=TEMPERATURE, top_p=top_p, seed=seed, gamma=2
+        )
         observed[tuple(result.token_ids)] += 1
         accepted += result.stats.accepted_tokens
         drafted += result.stats.drafted_tokens
@@ -254,7 +298,9 @@ def copying_model(tokenizer, eos_id: int):
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     model.train()
     for _ in range(250):
-        ids = torch.tensor([[t for x in rng.choices("abc", (5, 3, 2), k=6) for t in lines[x]] for _ in range(8)])
+        ids = torch.tensor(
+            [[t for x in rng.choices("abc", (5, 3, 2), k=6) for t in lines[x]] for _ in range(8)]
+        )
         loss = model(input_ids=ids, labels=ids).loss
         optimizer.zero_grad()
         loss.backward()
@@ -281,8 +327,12 @@ class Walk:
     def walked(self, lookup: bool = False, inside_trunk: bool = False) -> bool:
         """A branch (the lookup branch; hanging inside the trunk) was walked, and kept at least one token."""
         b = self.verdict.branch
-        return (b is not None and self.verdict.branch_accepted > 0 and (not lookup or (self.looked_up and b == 0))
-                and (not inside_trunk or self.attach[b] < len(self.trunk)))
+        return (
+            b is not None
+            and self.verdict.branch_accepted > 0
+            and (not lookup or (self.looked_up and b == 0))
+            and (not inside_trunk or self.attach[b] < len(self.trunk))
+        )
 
     def shared_nodes(self) -> int:
         """Nodes on the walked branch that two or more live branches shared: each read from one sample."""
@@ -290,7 +340,10 @@ class Walk:
         if b is None:
             return 0
         here = [c for c, a in zip(self.branches, self.attach) if a == v.trunk_accepted]
-        return sum(sum(c[: d + 1] == self.branches[b][: d + 1] for c in here) >= 2 for d in range(v.branch_accepted))
+        return sum(
+            sum(c[: d + 1] == self.branches[b][: d + 1] for c in here) >= 2
+            for d in range(v.branch_accepted)
+        )
 
 
 @pytest.fixture
@@ -318,22 +371,39 @@ def walks(monkeypatch):
 TREE_CASES = {
     # The draft proposes `self`; the lookup branch and a pool phrase both continue it with `.` and part at
     # the letter the target samples: the shared node is read in nearly every run.
-    "shared node": ({"gamma": 1, "branches": 1, "draft_candidates": 0, "max_trunk": 1, "second_above": 1.0}, 1.0),
+    "shared node": (
+        {"gamma": 1, "branches": 1, "draft_candidates": 0, "max_trunk": 1, "second_above": 1.0},
+        1.0,
+    ),
     # The draft proposes three tokens; where it guesses the letter wrong, the lookup branch hangs inside
     # the trunk and is walked when the target samples its letter. Nucleus sampling on top (0.9 keeps the
     # three letters, drops the tail).
-    "lookup inside the trunk": ({"gamma": 3, "branches": 1, "draft_candidates": 0, "max_trunk": 1,
-                                 "second_above": 1.0}, 0.9),
+    "lookup inside the trunk": (
+        {"gamma": 3, "branches": 1, "draft_candidates": 0, "max_trunk": 1, "second_above": 1.0},
+        0.9,
+    ),
     # No lookup, no pool: the draft's trunk (extended while it is sure) and its other choices, each a branch
     # in place of its first choice (with the draft's guess after it where the trunk went on), walked when the
     # target samples that token instead.
-    "second choices": ({"gamma": 1, "branches": 0, "lookup": 0, "draft_candidates": 0, "max_trunk": 4,
-                        "extend_above": 0.0, "extend_chance": 0.0, "second_above": 0.0}, 1.0),
+    "second choices": (
+        {
+            "gamma": 1,
+            "branches": 0,
+            "lookup": 0,
+            "draft_candidates": 0,
+            "max_trunk": 4,
+            "extend_above": 0.0,
+            "extend_chance": 0.0,
+            "second_above": 0.0,
+        },
+        1.0,
+    ),
 }
 
 
 def tree_counts(runs) -> dict[str, int]:
     """In how many runs each thing happened at least once (runs: the walks of each run)."""
+
     def count(happened) -> int:
         return sum(any(happened(w) for w in walks) for walks in runs)
 
@@ -341,10 +411,15 @@ def tree_counts(runs) -> dict[str, int]:
         "branch tokens accepted": count(lambda w: w.walked()),
         "lookup branch accepted": count(lambda w: w.walked(lookup=True)),
         "shared node read": count(lambda w: w.shared_nodes() > 0),
-        "lookup branch accepted inside the trunk": count(lambda w: w.walked(lookup=True, inside_trunk=True)),
+        "lookup branch accepted inside the trunk": count(
+            lambda w: w.walked(lookup=True, inside_trunk=True)
+        ),
         "trunk token rejected": count(lambda w: w.verdict.trunk_accepted < len(w.trunk)),
-        "second choice accepted": count(lambda w: w.walked() and len(w.branches[w.verdict.branch]) <= 2
-                                        and not w.walked(lookup=True)),
+        "second choice accepted": count(
+            lambda w: (
+                w.walked() and len(w.branches[w.verdict.branch]) <= 2 and not w.walked(lookup=True)
+            )
+        ),
     }
 
 
@@ -355,9 +430,15 @@ def check_branch_tokens(result, walks) -> None:
         if walk.walked():
             kept = step.accepted[walk.verdict.trunk_accepted :]
             assert [t.id for t in kept] == walk.branches[walk.verdict.branch][: len(kept)]
-            allowed = {Source.PROMPT} if walk.walked(lookup=True) else {Source.PROMPT, Source.POOL, Source.DRAFT}
+            allowed = (
+                {Source.PROMPT}
+                if walk.walked(lookup=True)
+                else {Source.PROMPT, Source.POOL, Source.DRAFT}
+            )
             assert {t.source for t in kept} <= allowed
-            if Source.DRAFT in {t.source for t in kept}:  # only another choice, and at most the draft's guess after it
+            if Source.DRAFT in {
+                t.source for t in kept
+            }:  # only another choice, and at most the draft's guess after it
                 assert len(walk.branches[walk.verdict.branch]) <= 2
 
 
@@ -369,18 +450,30 @@ def unkeyed_guesses(logits, temperature, seed, positions, top=64):
 
 
 @pytest.mark.parametrize("case", list(TREE_CASES))
-def test_sampled_tokens_through_branches_follow_the_targets_distribution(copying_pair, walks, case, monkeypatch):
+def test_sampled_tokens_through_branches_follow_the_targets_distribution(
+    copying_pair, walks, case, monkeypatch
+):
     engine = copying_pair
     options, top_p = TREE_CASES[case]
-    if case != "shared node":  # a draft guessing with the target's noise is rarely wrong here (81 of 1000 runs)
+    if (
+        case != "shared node"
+    ):  # a draft guessing with the target's noise is rarely wrong here (81 of 1000 runs)
         monkeypatch.setattr(trunk_module, "draft_guesses", unkeyed_guesses)
     prompt_ids = engine.encode(COPY_PROMPT)
     cells = Cells.of(engine.target, prompt_ids, TREE_LENGTH, 1.0, top_p, TREE_SAMPLES, engine.eos)
     observed, runs = Counter(), []
     for seed in range(TREE_SAMPLES):
         start = len(walks)
-        result = run(engine, COPY_PROMPT, "ouroboros", TREE_LENGTH, temperature=1.0, top_p=top_p, seed=seed,
-                     **options)
+        result = run(
+            engine,
+            COPY_PROMPT,
+            "ouroboros",
+            TREE_LENGTH,
+            temperature=1.0,
+            top_p=top_p,
+            seed=seed,
+            **options,
+        )
         check_branch_tokens(result, walks[start:])
         observed[tuple(result.token_ids)] += 1
         runs.append(walks[start:])
@@ -388,7 +481,10 @@ def test_sampled_tokens_through_branches_follow_the_targets_distribution(copying
     # Measured, in runs of 1000: "shared node": branch tokens accepted 1000, lookup branch accepted 998,
     # shared node read 1000; "lookup inside the trunk": branch tokens accepted 1000, lookup branch accepted
     # inside the trunk 380, trunk token rejected 577; "second choices": a second choice accepted in 642.
-    assert counts["branch tokens accepted"] >= (0.4 if case == "second choices" else 0.8) * TREE_SAMPLES, counts
+    assert (
+        counts["branch tokens accepted"]
+        >= (0.4 if case == "second choices" else 0.8) * TREE_SAMPLES
+    ), counts
     if case == "shared node":
         assert counts["shared node read"] >= 0.8 * TREE_SAMPLES, counts
         assert counts["lookup branch accepted"] >= 0.8 * TREE_SAMPLES, counts

@@ -14,13 +14,22 @@ import torch
 from gpu_checks import assert_noise_as_on_the_cpu
 from ouroboros_core import load_engine
 from ouroboros_core import sampling
-from ouroboros_core.sampling import (Sampler, keyed_scores, noise_bits, nucleus, position_key, position_noise,
-                                     tensor_noise_bits)
+from ouroboros_core.sampling import (
+    Sampler,
+    keyed_scores,
+    noise_bits,
+    nucleus,
+    position_key,
+    position_noise,
+    tensor_noise_bits,
+)
 from ouroboros_core.verify import row_positions
 
-PROMPTS = ["def fizzbuzz(n):\n",
-           'def sort_by_length(words):\n    """Return the words sorted by length, shortest first."""\n',
-           "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"]
+PROMPTS = [
+    "def fizzbuzz(n):\n",
+    'def sort_by_length(words):\n    """Return the words sorted by length, shortest first."""\n',
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +71,22 @@ def reference_bits(seed: int, position: int, token: int) -> int:
 
 def splitmix_noise(seed: int, position: int, token: int) -> float:
     """The noise of one token: Gumbel(0, 1) of the uniform in the middle of its 2^-53 step."""
-    return -math.log(-math.log((reference_bits(seed, position, token) + 0.5) * 2.0 ** -53))
+    return -math.log(-math.log((reference_bits(seed, position, token) + 0.5) * 2.0**-53))
 
 
 def test_the_reference_is_splitmix64s_stream():
     key = reference_key(5, 9)
     stream = splitmix64((key - GAMMA) & MASK)
-    assert [next(stream) >> 11 for _ in range(1000)] == [reference_bits(5, 9, token) for token in range(1000)]
+    assert [next(stream) >> 11 for _ in range(1000)] == [
+        reference_bits(5, 9, token) for token in range(1000)
+    ]
     # The published first outputs of splitmix64.c from state 0.
-    assert list(itertools.islice(splitmix64(0), 4)) == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F,
-                                                         0xF88BB8A8724C81EC]
+    assert list(itertools.islice(splitmix64(0), 4)) == [
+        0xE220A8397B1DCDAF,
+        0x6E789E6AA1B965F4,
+        0x06C45D188009454F,
+        0xF88BB8A8724C81EC,
+    ]
 
 
 # (seed, position, token id) -> the position's key, the token's 53 bits and its noise, computed with the reference
@@ -88,16 +103,23 @@ PINNED_NOISE = [
 ]
 
 
-@pytest.mark.parametrize("seed, position, token, key, bits, noise", PINNED_NOISE,
-                         ids=[f"{seed}-{position}-{token}" for seed, position, token, *_ in PINNED_NOISE])
-def test_the_noise_is_pinned_to_values_computed_outside_the_module(seed, position, token, key, bits, noise):
+@pytest.mark.parametrize(
+    "seed, position, token, key, bits, noise",
+    PINNED_NOISE,
+    ids=[f"{seed}-{position}-{token}" for seed, position, token, *_ in PINNED_NOISE],
+)
+def test_the_noise_is_pinned_to_values_computed_outside_the_module(
+    seed, position, token, key, bits, noise
+):
     assert (reference_key(seed, position), reference_bits(seed, position, token)) == (key, bits)
     assert splitmix_noise(seed, position, token) == pytest.approx(noise, rel=1e-13, abs=1e-13)
     assert position_key(seed, position) == key
     ids = torch.tensor([token])
     assert int(noise_bits(seed, [position], ids)[0, 0]) == bits
     assert int(tensor_noise_bits(seed, [position], ids)[0, 0]) == bits
-    assert float(position_noise(seed, [position], ids)[0, 0]) == pytest.approx(noise, rel=1e-13, abs=1e-13)
+    assert float(position_noise(seed, [position], ids)[0, 0]) == pytest.approx(
+        noise, rel=1e-13, abs=1e-13
+    )
 
 
 def test_neighbouring_seeds_and_positions_give_uncorrelated_noise():
@@ -106,12 +128,21 @@ def test_neighbouring_seeds_and_positions_give_uncorrelated_noise():
     at p) gives a correlation of 1; independent rows sit within 0.008 of 0 (one sd), the largest of the 8,128
     pairs here at 0.03."""
     ids = torch.arange(16_384)
-    rows = [(seed, position) for seed in (0, 1, 2, 3, 4, 5, 6, 7, 2**63 - 1, 2**63) for position in range(8)]
+    rows = [
+        (seed, position)
+        for seed in (0, 1, 2, 3, 4, 5, 6, 7, 2**63 - 1, 2**63)
+        for position in range(8)
+    ]
     rows += [(seed, position) for seed in (0, 1) for position in range(2**16 - 12, 2**16 + 12)]
-    uniform = torch.cat([noise_bits(seed, [position], ids) for seed, position in rows]).double() * 2.0 ** -53
+    uniform = (
+        torch.cat([noise_bits(seed, [position], ids) for seed, position in rows]).double()
+        * 2.0**-53
+    )
     centred = uniform - uniform.mean(dim=1, keepdim=True)
     centred /= centred.norm(dim=1, keepdim=True)
-    correlation = (centred @ centred.T - torch.eye(len(rows), dtype=torch.float64)).abs()  # 0 on the diagonal
+    correlation = (
+        centred @ centred.T - torch.eye(len(rows), dtype=torch.float64)
+    ).abs()  # 0 on the diagonal
     a, b = divmod(int(correlation.argmax()), len(rows))
     assert float(correlation.max()) < 0.05, (rows[a], rows[b], float(correlation.max()))
 
@@ -126,16 +157,26 @@ def test_position_noise_is_splitmix64_of_seed_position_and_token_and_gumbel():
     tokens = [0, 1, 2, 777, 4095, 151_935]  # a Qwen-sized id too: every product wraps as in 64 bits
     got = position_noise(3, [17, 18], torch.tensor(tokens))
     for row, position in enumerate((17, 18)):
-        assert got[row].tolist() == pytest.approx([splitmix_noise(3, position, t) for t in tokens], rel=1e-12)
+        assert got[row].tolist() == pytest.approx(
+            [splitmix_noise(3, position, t) for t in tokens], rel=1e-12
+        )
     noise = position_noise(3, [17, 18], vocab)
-    assert torch.equal(noise[1], position_noise(3, [18], vocab)[0]), "a row does not depend on the others asked for"
-    assert torch.equal(noise[:, [5, 9]], position_noise(3, [17, 18], torch.tensor([[5, 9], [5, 9]])))
-    assert not torch.equal(noise[0], position_noise(4, [17], vocab)[0]) and not torch.equal(noise[0], noise[1])
+    assert torch.equal(noise[1], position_noise(3, [18], vocab)[0]), (
+        "a row does not depend on the others asked for"
+    )
+    assert torch.equal(
+        noise[:, [5, 9]], position_noise(3, [17, 18], torch.tensor([[5, 9], [5, 9]]))
+    )
+    assert not torch.equal(noise[0], position_noise(4, [17], vocab)[0]) and not torch.equal(
+        noise[0], noise[1]
+    )
     values = position_noise(5, list(range(50)), vocab).flatten()  # 204,800 values
     uniform = torch.exp(-torch.exp(-values))  # the Gumbel CDF: uniform if the noise is Gumbel(0, 1)
     counts = torch.histc(uniform, bins=20, min=0.0, max=1.0)
     expected = len(uniform) / 20
-    assert float(((counts - expected) ** 2 / expected).sum()) < 43.8  # chi-square, 19 dof, alpha 0.001
+    assert (
+        float(((counts - expected) ** 2 / expected).sum()) < 43.8
+    )  # chi-square, 19 dof, alpha 0.001
     # Neighbouring tokens and neighbouring positions are not correlated (sd of each estimate ~0.003).
     centred = uniform.view(50, 4096) - 0.5
     for a, b in ((centred[:, :-1], centred[:, 1:]), (centred[:-1], centred[1:])):
@@ -146,7 +187,9 @@ def test_keyed_scores_of_the_top_tokens_equal_those_of_the_whole_vocabulary(monk
     """The fast path (noise for the most likely tokens only, where the nucleus ends among them) and the whole
     vocabulary's give every row the same scores, the nucleus's edge included."""
     torch.manual_seed(1)
-    logits = torch.randn(40, 4096) * torch.linspace(0.3, 6, 40)[:, None]  # flat rows (long nuclei) to sharp ones
+    logits = (
+        torch.randn(40, 4096) * torch.linspace(0.3, 6, 40)[:, None]
+    )  # flat rows (long nuclei) to sharp ones
     positions = list(range(100, 140))
     fast = keyed_scores(logits, 0.8, 0.95, 7, positions)
     monkeypatch.setattr(sampling, "NUCLEUS_TIERS", ())  # every row ranked over the whole vocabulary
@@ -163,7 +206,9 @@ def test_keyed_samples_follow_the_distribution_and_never_a_zero_probability_toke
     tokens = Sampler(1.0, 1.0, seed=9).tokens(logits, list(range(20_000)))
     counts = Counter(tokens)
     assert counts[1] == 0
-    chi2 = sum((counts[t] - 20_000 * p) ** 2 / (20_000 * p) for t, p in enumerate(probs.tolist()) if p)
+    chi2 = sum(
+        (counts[t] - 20_000 * p) ** 2 / (20_000 * p) for t, p in enumerate(probs.tolist()) if p
+    )
     assert chi2 < 16.3  # 3 degrees of freedom, alpha 0.001
     nucleus = Counter(Sampler(1.0, 0.75, seed=9).tokens(logits, list(range(20_000))))
     assert set(nucleus) == {0, 2}  # 0.5 + 0.3 reaches 0.75: the rest is cut
@@ -180,8 +225,10 @@ def test_a_draft_keyed_with_the_same_noise_agrees_with_the_target_as_often_as_cl
     draft = 0.9 * target + 0.1 * torch.softmax(torch.randn(64) * 2, dim=0)
     tv = float((target - draft).abs().sum() / 2)
     positions = list(range(20_000))
-    picks = [Sampler(1.0, 1.0, seed=2).tokens(dist.log().expand(len(positions), -1), positions)
-             for dist in (target, draft)]
+    picks = [
+        Sampler(1.0, 1.0, seed=2).tokens(dist.log().expand(len(positions), -1), positions)
+        for dist in (target, draft)
+    ]
     agree = sum(a == b for a, b in zip(*picks)) / len(positions)
     assert 1 - 2 * tv / (1 + tv) - 0.01 <= agree <= 1 - tv + 0.01, (agree, tv)
 
@@ -195,15 +242,19 @@ def test_row_positions_follow_the_tree():
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_sampled_lanes_are_identical_token_for_token(engine, prompt):
     greedy = engine.generate(prompt, "vanilla", 48).token_ids
-    runs = {method: engine.generate(prompt, method, 48, temperature=0.8, top_p=0.95, seed=11)
-            for method in ("vanilla", "speculative", "ouroboros")}
+    runs = {
+        method: engine.generate(prompt, method, 48, temperature=0.8, top_p=0.95, seed=11)
+        for method in ("vanilla", "speculative", "ouroboros")
+    }
     reference = runs["vanilla"].token_ids
     for method, result in runs.items():
         assert result.token_ids == reference, method
         ids = [t.id for event in result.events for t in event.committed]
         assert ids == result.token_ids
     assert reference != greedy
-    assert runs["ouroboros"].stats.accepted_tokens > 0  # the drafts really stood in for target forwards
+    assert (
+        runs["ouroboros"].stats.accepted_tokens > 0
+    )  # the drafts really stood in for target forwards
     again = engine.generate(prompt, "ouroboros", 48, temperature=0.8, top_p=0.95, seed=11).token_ids
     other = engine.generate(prompt, "ouroboros", 48, temperature=0.8, top_p=0.95, seed=12).token_ids
     assert again == reference and other != reference
@@ -257,13 +308,18 @@ def test_sampled_rows_are_read_in_groups_and_only_when_walked(sampled_rows):
     assert [trunk[i] for i in range(3)] == every[:3] and list(trunk[1:]) == every[1:3]
     assert second[1] == every[6] and second[0] == every[5]
     assert sampled_rows == [3, 2] and len(first) == 2  # the first branch was never read
-    assert Sampler().row_groups(logits, [], [3, 4]) == [logits[:3].argmax(-1).tolist(), logits[3:].argmax(-1).tolist()]
+    assert Sampler().row_groups(logits, [], [3, 4]) == [
+        logits[:3].argmax(-1).tolist(),
+        logits[3:].argmax(-1).tolist(),
+    ]
 
 
 def test_ouroboros_samples_fewer_rows_than_it_verifies(engine, sampled_rows):
     """In the engine: fewer rows sampled than the target verified (branches off the walked path are skipped),
     with the lanes still identical to vanilla's."""
-    vanilla = engine.generate(PROMPTS[2], "vanilla", 48, temperature=0.8, top_p=0.95, seed=5).token_ids
+    vanilla = engine.generate(
+        PROMPTS[2], "vanilla", 48, temperature=0.8, top_p=0.95, seed=5
+    ).token_ids
     sampled_rows.clear()
     result = engine.generate(PROMPTS[2], "ouroboros", 48, temperature=0.8, top_p=0.95, seed=5)
     verified = sum(len(e.trunk) + 1 + sum(map(len, e.branches)) for e in result.events)

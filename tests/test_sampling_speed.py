@@ -15,9 +15,11 @@ import pytest
 
 from ouroboros_core import load_engine
 
-PROMPTS = ["def fizzbuzz(n):\n",
-           'def sort_by_length(words):\n    """Return the words sorted by length, shortest first."""\n',
-           "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"]
+PROMPTS = [
+    "def fizzbuzz(n):\n",
+    'def sort_by_length(words):\n    """Return the words sorted by length, shortest first."""\n',
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
+]
 SEEDS = (1, 2)
 NEW_TOKENS = 48
 TOP_P = 0.95
@@ -41,11 +43,15 @@ def test_sampled_drafting_keeps_its_tokens_per_forward(engine, method, temperatu
     tokens = forwards = 0
     for prompt in PROMPTS:
         for seed in SEEDS:
-            stats = engine.generate(prompt, method, NEW_TOKENS, temperature=temperature, top_p=TOP_P, seed=seed).stats
+            stats = engine.generate(
+                prompt, method, NEW_TOKENS, temperature=temperature, top_p=TOP_P, seed=seed
+            ).stats
             tokens += stats.new_tokens
             forwards += stats.target_forwards
     assert tokens == len(PROMPTS) * len(SEEDS) * NEW_TOKENS
     measured = MEASURED[method, temperature]
     got = tokens / forwards
-    assert abs(got / measured - 1) <= SLACK, (f"{method} at {temperature}: {got:.3f} tokens per forward "
-                                              f"({tokens} in {forwards} forwards), measured {measured:.3f}")
+    assert abs(got / measured - 1) <= SLACK, (
+        f"{method} at {temperature}: {got:.3f} tokens per forward "
+        f"({tokens} in {forwards} forwards), measured {measured:.3f}"
+    )

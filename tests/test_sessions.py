@@ -25,9 +25,21 @@ OUROBOROS_TEXT, OUROBOROS_STATS = app.VIEW.lanes["ouroboros"]
 
 def page(prompt: str = PROMPT, max_new_tokens: int = 48, warm: bool = True) -> dict:
     """The page's inputs for Run, by name: a greedy race at the pair's own settings."""
-    return {"prompt": prompt, "max_new_tokens": max_new_tokens, "gamma": None, "window": None,
-            "ngram": None, "branches": None, "temperature": 0.0, "top_p": 1.0, "seed": None,
-            "with_speculative": False, "colour": True, "warm_pool": warm, "raw": False}
+    return {
+        "prompt": prompt,
+        "max_new_tokens": max_new_tokens,
+        "gamma": None,
+        "window": None,
+        "ngram": None,
+        "branches": None,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "seed": None,
+        "with_speculative": False,
+        "colour": True,
+        "warm_pool": warm,
+        "raw": False,
+    }
 
 
 def run(who: str, prompt: str = PROMPT, warm: bool = True, max_new_tokens: int = 48):
@@ -70,8 +82,9 @@ def test_sessions_are_bounded_and_dropping_one_stops_its_race():
     sessions = Sessions(capacity=3)
     items = {key: sessions.get(key) for key in "abcde"}
     assert len(sessions) == 3
-    assert sessions.get("a") is not items["a"], \
+    assert sessions.get("a") is not items["a"], (
         "the least recently used visitor should have fallen out"
+    )
     armed, flag = items["e"]["stops"].take(items["e"]["stops"].arm())
     sessions.drop("e")
     assert flag.is_set()
@@ -115,8 +128,9 @@ def test_replay_comes_back_when_the_last_run_is_over_not_when_an_earlier_one_is(
     # Run again during that race: the first one ends, the second waits.
     second = fresh_sessions.arm(request)
     stops.release(first)
-    assert not fresh_sessions.replayable(request), \
+    assert not fresh_sessions.replayable(request), (
         "the first race's end brought Replay back before the second ran"
+    )
     stops.take(second)
     stops.release(second)
     assert fresh_sessions.replayable(request)
@@ -183,8 +197,16 @@ def test_race_keeps_its_signature_and_takes_every_knob_of_the_page():
     and every knob a visitor may set (config.py's, on the page) is among them."""
     parameters = inspect.signature(app.race_api).parameters
     assert [(name, parameter.default) for name, parameter in parameters.items()] == [
-        ("prompt", inspect.Parameter.empty), ("max_new_tokens", 128), ("gamma", None),
-        ("window", None), ("ngram", None), ("branches", None), ("temperature", 0.0),
-        ("top_p", 1.0), ("seed", None), ("raw", False)]
+        ("prompt", inspect.Parameter.empty),
+        ("max_new_tokens", 128),
+        ("gamma", None),
+        ("window", None),
+        ("ngram", None),
+        ("branches", None),
+        ("temperature", 0.0),
+        ("top_p", 1.0),
+        ("seed", None),
+        ("raw", False),
+    ]
     assert set(KNOBS) <= set(parameters)
     assert app.API_PARAMETERS == list(parameters)  # how its validator names what it gets

@@ -50,6 +50,7 @@ def zero_gpu(monkeypatch):
                 yield from fn(*args, **kwargs)
             finally:
                 inside[0] = False
+
         return wrapper
 
     monkeypatch.setitem(sys.modules, "spaces", stand_in_spaces(gpu, zero_gpu=True))
@@ -95,19 +96,23 @@ def test_without_zero_gpu_start_up_warms_up(monkeypatch, installed):
     assert not app.ZERO_GPU and app.DEVICE.executor is not None  # engine calls on the device thread
     calls = []
     real_generate = Engine.generate
-    monkeypatch.setattr(Engine, "generate",
-                        lambda *a, **k: calls.append(a[1:]) or real_generate(*a, **k))
+    monkeypatch.setattr(
+        Engine, "generate", lambda *a, **k: calls.append(a[1:]) or real_generate(*a, **k)
+    )
     engine = app.get_engine()
     assert engine.name == "demo" and engine.target.dtype == torch.float32
     app.get_engine()
-    assert calls == [("def warm_up():\n", "ouroboros", 8)], \
+    assert calls == [("def warm_up():\n", "ouroboros", 8)], (
         "the warm-up runs once at start-up off ZeroGPU"
+    )
 
 
 def test_a_pair_too_big_for_free_memory_is_refused_before_loading(monkeypatch):
     engine = load_engine("demo", device="cpu", check_memory=False)
-    size = {role: sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights once
-            for role, model in (("target", engine.target), ("draft", engine.draft))}
+    size = {
+        role: sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights once
+        for role, model in (("target", engine.target), ("draft", engine.draft))
+    }
     loaded = []
     monkeypatch.setattr(models_module, "free_memory_bytes", lambda device: 8 * 2**20)  # 8 MiB free
     monkeypatch.setattr(models_module, "load_model", lambda *a, **k: loaded.append(a))
@@ -115,14 +120,17 @@ def test_a_pair_too_big_for_free_memory_is_refused_before_loading(monkeypatch):
         load_engine("demo", device="cpu")
     # Counted from the safetensors headers, the need matches the loaded models' float32 weights.
     size_text = models_module.size_text
-    expected = (f"the pair needs about {size_text(sum(size.values()))} in float32 "
-                f"(target {size_text(size['target'])}, draft {size_text(size['draft'])}) "
-                f"but cpu has 8 MiB free")
+    expected = (
+        f"the pair needs about {size_text(sum(size.values()))} in float32 "
+        f"(target {size_text(size['target'])}, draft {size_text(size['draft'])}) "
+        f"but cpu has 8 MiB free"
+    )
     assert expected in str(caught.value) and "OUROBOROS_DTYPE" in str(caught.value)
     assert loaded == [], "nothing is loaded once the pair is known not to fit"
 
 
 # --- the Space tool's plan: what the hardware can hold, what a model and the hardware need --------
+
 
 @pytest.fixture
 def no_hub(monkeypatch):
@@ -139,18 +147,31 @@ def paths() -> set[str]:
 
 
 def test_an_8b_pair_on_cpu_basic_is_refused_and_its_gated_models_are_named(no_hub, capsys):
-    deploy = ["deploy", "me/race", "--dry-run", "--preset", "llama-3.1-8b", "--hardware",
-              "cpu-basic"]
+    deploy = [
+        "deploy",
+        "me/race",
+        "--dry-run",
+        "--preset",
+        "llama-3.1-8b",
+        "--hardware",
+        "cpu-basic",
+    ]
     assert space.main(deploy) == 1
     out, err = capsys.readouterr()
     assert "Hardware: cpu-basic: CPU basic, 2 vCPU, 16 GB RAM" in out
-    assert ("Fit (an estimate): about 37.1 GB of weights in float32 for cpu-basic's 16 GB of RAM\n"
-            in out)
-    assert ("the pair cannot fit: about 37.1 GB of weights in float32, over cpu-basic's 16 GB of "
-            "RAM; it would fit l40sx1, a100-large (in bfloat16)") in err
+    assert (
+        "Fit (an estimate): about 37.1 GB of weights in float32 for cpu-basic's 16 GB of RAM\n"
+        in out
+    )
+    assert (
+        "the pair cannot fit: about 37.1 GB of weights in float32, over cpu-basic's 16 GB of "
+        "RAM; it would fit l40sx1, a100-large (in bfloat16)"
+    ) in err
     assert "--deploy-anyway" in err
-    assert ("warning: meta-llama/Llama-3.1-8B-Instruct and meta-llama/Llama-3.2-1B-Instruct are "
-            "gated on the Hub: the Space needs a secret HF_TOKEN") in out
+    assert (
+        "warning: meta-llama/Llama-3.1-8B-Instruct and meta-llama/Llama-3.2-1B-Instruct are "
+        "gated on the Hub: the Space needs a secret HF_TOKEN"
+    ) in out
     assert "Dry run: nothing was sent" not in out
     assert space.main([*deploy, "--deploy-anyway"]) == 0
     assert "warning: the pair cannot fit" in capsys.readouterr().out
@@ -158,23 +179,34 @@ def test_an_8b_pair_on_cpu_basic_is_refused_and_its_gated_models_are_named(no_hu
 
 def test_a_tight_fit_is_a_warning_and_paid_hardware_says_it_bills(paths):
     checks = space.plan_checks({"OUROBOROS_PRESET": "llama-3.1-8b"}, "a10g-small", paths)
-    assert checks.lines[-1] == ("Fit (an estimate): about 18.5 GB of weights in bfloat16 for "
-                                "a10g-small's 24 GB of GPU memory")
+    assert checks.lines[-1] == (
+        "Fit (an estimate): about 18.5 GB of weights in bfloat16 for "
+        "a10g-small's 24 GB of GPU memory"
+    )
     assert checks.refusals == []
     assert checks.warnings[0].startswith("the pair's weights take 77% of a10g-small's 24 GB")
-    assert checks.warnings[-1].startswith("a10g-small is paid hardware: billed by the minute while "
-                                          "the Space runs")
+    assert checks.warnings[-1].startswith(
+        "a10g-small is paid hardware: billed by the minute while the Space runs"
+    )
     qwen = {"OUROBOROS_PRESET": "qwen-coder-7b"}
-    assert space.plan_checks(qwen, "t4-small", paths).refusals[0].startswith(
-        "the pair cannot fit: about 16.2 GB of weights in bfloat16, over t4-small's 16 GB of GPU "
-        "memory")
+    assert (
+        space.plan_checks(qwen, "t4-small", paths)
+        .refusals[0]
+        .startswith(
+            "the pair cannot fit: about 16.2 GB of weights in bfloat16, over t4-small's 16 GB of GPU "
+            "memory"
+        )
+    )
     bf16 = space.plan_checks({**qwen, "OUROBOROS_DTYPE": "bfloat16"}, "cpu-upgrade", paths)
-    assert bf16.lines[-1].endswith("about 16.2 GB of weights in bfloat16 for cpu-upgrade's 32 GB "
-                                   "of RAM: fits")
-    assert bf16.warnings == ["cpu-upgrade is paid hardware: billed by the minute while the Space "
-                             "runs, visitors or not, until it sleeps or is paused; the account "
-                             "needs a payment method (huggingface.co/settings/billing; prices at "
-                             "huggingface.co/pricing)"]
+    assert bf16.lines[-1].endswith(
+        "about 16.2 GB of weights in bfloat16 for cpu-upgrade's 32 GB of RAM: fits"
+    )
+    assert bf16.warnings == [
+        "cpu-upgrade is paid hardware: billed by the minute while the Space "
+        "runs, visitors or not, until it sleeps or is paused; the account "
+        "needs a payment method (huggingface.co/settings/billing; prices at "
+        "huggingface.co/pricing)"
+    ]
 
 
 def test_the_default_pair_plans_fine_on_cpu_basic(paths):
@@ -195,20 +227,29 @@ def test_without_hardware_zero_gpu_or_a_missing_folder_the_plan_says_so(paths):
     assert zero.lines[-1].endswith("float32 for zero-a10g's 70 GB of GPU memory: fits")
     assert zero.refusals == []
     assert "PRO subscription" in zero.warnings[0] and "Python 3.10.13" in zero.warnings[0]
-    missing = space.plan_checks({"OUROBOROS_TARGET": "assets/models/nope",
-                                 "OUROBOROS_DRAFT": "assets/models/draft"}, "cpu-basic", paths)
-    assert missing.refusals == ["assets/models/nope is a folder the upload set lacks (not here, or "
-                                "not tracked by git): the Space could not load it"]
+    missing = space.plan_checks(
+        {"OUROBOROS_TARGET": "assets/models/nope", "OUROBOROS_DRAFT": "assets/models/draft"},
+        "cpu-basic",
+        paths,
+    )
+    assert missing.refusals == [
+        "assets/models/nope is a folder the upload set lacks (not here, or "
+        "not tracked by git): the Space could not load it"
+    ]
     assert space.plan_checks({"OUROBOROS_PRESET": "demo"}, "a100x4", paths).lines == [
-        "Fit: not checked (the Hub documents no memory figures for a100x4)"]
+        "Fit: not checked (the Hub documents no memory figures for a100x4)"
+    ]
 
 
 def test_a_models_size_comes_from_the_table_its_folder_or_its_name():
-    assert space.parameters("meta-llama/Llama-3.1-8B-Instruct") == (8_030_261_248,
-                                                                    "from its configuration")
+    assert space.parameters("meta-llama/Llama-3.1-8B-Instruct") == (
+        8_030_261_248,
+        "from its configuration",
+    )
     assert space.parameters("assets/models/draft") == (
         models_module.parameter_count(models_module.ASSETS / "models" / "draft"),
-        "from its safetensors")
+        "from its safetensors",
+    )
     assert space.parameters("someone/Foo-13B-chat") == (13_000_000_000, "guessed from its name")
     assert space.parameters("someone/Bar-v2-350m") == (350_000_000, "guessed from its name")
     assert space.parameters("someone/tiny") == (None, "")

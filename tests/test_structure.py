@@ -17,8 +17,13 @@ MAX_FUNCTION_LINES = 60
 
 def python_files() -> list[Path]:
     """The repository's Python files: what git tracks, and new files it does not ignore (never a .venv)."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return sorted(ROOT / name for name in listed if (ROOT / name).is_file())
 
 
@@ -48,12 +53,17 @@ def imports_of(path: Path, root: Path = ROOT) -> set[str]:
 
 def engine_graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in ENGINE.rglob("*.py")}
-    return {name: {m for m in imports_of(path) if m in modules and m != name} for name, path in modules.items()}
+    return {
+        name: {m for m in imports_of(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
 
 
 def test_no_import_circle_inside_the_engine():
     graph = engine_graph()
-    assert "ouroboros_core.engine" in graph and graph["ouroboros_core.engine"], "the graph reads no imports"
+    assert "ouroboros_core.engine" in graph and graph["ouroboros_core.engine"], (
+        "the graph reads no imports"
+    )
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
     def visit(node: str, path: list[str]) -> None:
@@ -62,7 +72,7 @@ def test_no_import_circle_inside_the_engine():
             if other == "ouroboros_core" or (node == "ouroboros_core" and other.count(".") == 1):
                 continue  # the package's __init__ re-exports its modules; they never import it back
             if state.get(other) == 1:
-                pytest.fail("import circle: " + " -> ".join(path[path.index(other):] + [other]))
+                pytest.fail("import circle: " + " -> ".join(path[path.index(other) :] + [other]))
             if other not in state:
                 visit(other, path + [other])
         state[node] = 2
@@ -82,8 +92,12 @@ def test_the_engine_imports_neither_gradio_nor_the_app_nor_its_workbench():
             assert not roots & {"gradio", "app", "ui"}, f"{name} imports the app"
             continue
         assert not roots & {"gradio", "gradio_client", "app", "ui"}, f"{name} imports the UI"
-        if name != "ouroboros_core.__main__":  # the CLI's bench command runs the workbench's benchmark
-            assert not any(m.startswith("ouroboros_core.tools") for m in imported), f"{name} imports the workbench"
+        if (
+            name != "ouroboros_core.__main__"
+        ):  # the CLI's bench command runs the workbench's benchmark
+            assert not any(m.startswith("ouroboros_core.tools") for m in imported), (
+                f"{name} imports the workbench"
+            )
 
 
 def test_no_module_is_too_long():
@@ -93,16 +107,23 @@ def test_no_module_is_too_long():
 
 
 def test_no_function_is_too_long():
-    long = [f"{path.relative_to(ROOT)}:{line} {name} ({lines} lines)" for path in python_files()
-            for line, name, lines in function_lengths(path.read_text()) if lines > MAX_FUNCTION_LINES]
+    long = [
+        f"{path.relative_to(ROOT)}:{line} {name} ({lines} lines)"
+        for path in python_files()
+        for line, name, lines in function_lengths(path.read_text())
+        if lines > MAX_FUNCTION_LINES
+    ]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
 
 def function_lengths(source: str) -> list[tuple[int, str, int]]:
     """(line, name, length) of every def and async def: methods, nested ones and ones that share a name each
     count on their own, so a short definition never hides a long one of the same name."""
-    return [(node.lineno, node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(source))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [
+        (node.lineno, node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
 
 
 def test_the_readers_see_relative_imports_and_count_lines(tmp_path):
@@ -115,6 +136,14 @@ def test_the_readers_see_relative_imports_and_count_lines(tmp_path):
     assert {"pkg.b", "pkg.b.g", "other"} <= imports_of(package / "a.py", tmp_path)
     assert function_lengths("def f():\n" + "    x = 1\n" * 70) == [(1, "f", 71)]
     # A long definition among short ones of the same name, top-level, nested and as a method, is still read.
-    source = ("def f():\n    def f():\n        pass\n\n\nclass C:\n    async def f(self):\n" + "        x = 1\n" * 70
-              + "\n\ndef f():\n    pass\n")
-    assert sorted(function_lengths(source)) == [(1, "f", 3), (2, "f", 2), (7, "f", 71), (80, "f", 2)]
+    source = (
+        "def f():\n    def f():\n        pass\n\n\nclass C:\n    async def f(self):\n"
+        + "        x = 1\n" * 70
+        + "\n\ndef f():\n    pass\n"
+    )
+    assert sorted(function_lengths(source)) == [
+        (1, "f", 3),
+        (2, "f", 2),
+        (7, "f", 71),
+        (80, "f", 2),
+    ]

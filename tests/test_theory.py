@@ -8,11 +8,17 @@ import random
 import pytest
 
 from ouroboros_core.events import Stats
-from ouroboros_core.theory import expected_speedup, expected_tokens_per_forward, per_token_acceptance
+from ouroboros_core.theory import (
+    expected_speedup,
+    expected_tokens_per_forward,
+    per_token_acceptance,
+)
 
 
 def test_closed_forms():
-    assert expected_tokens_per_forward(0.0, 4) == 1.0  # nothing accepted: the target's own token only
+    assert (
+        expected_tokens_per_forward(0.0, 4) == 1.0
+    )  # nothing accepted: the target's own token only
     assert expected_tokens_per_forward(1.0, 4) == 5.0  # everything accepted: gamma drafts plus one
     assert expected_tokens_per_forward(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
     assert expected_speedup(0.5, 2, 0.0) == pytest.approx(1.75)  # free drafts: tokens per forward
@@ -48,8 +54,16 @@ def test_per_token_acceptance_recovers_a_known_rate(rate):
 
 
 def test_stats_carry_the_per_token_rate():
-    stats = Stats(new_tokens=10, target_forwards=4, drafted_tokens=16, accepted_tokens=6, seconds=1.0,
-                  draft_seconds=0.5, verify_seconds=0.4, rejected_steps=3)
+    stats = Stats(
+        new_tokens=10,
+        target_forwards=4,
+        drafted_tokens=16,
+        accepted_tokens=6,
+        seconds=1.0,
+        draft_seconds=0.5,
+        verify_seconds=0.4,
+        rejected_steps=3,
+    )
     assert stats.per_token_acceptance == pytest.approx(6 / 9)
     assert stats.to_dict()["per_token_acceptance"] == pytest.approx(0.6667)
     assert per_token_acceptance(0, 0) == 0.0
@@ -60,7 +74,9 @@ def test_the_engine_counts_each_rejecting_step_once(make_engine, method):
     engine = make_engine("llama", "noisy")
     result = engine.generate("def add(a, b):\n    return a + b\n", method, 32, gamma=4)
     rejecting = sum(bool(step.rejected) for step in result.events)
-    assert 0 < rejecting < len(result.events), "the noisy draft should be rejected in some steps, not all"
+    assert 0 < rejecting < len(result.events), (
+        "the noisy draft should be rejected in some steps, not all"
+    )
     assert result.stats.rejected_steps == rejecting
     # Tokens drafted after a rejection are never judged: counting them (accepted over drafted) reads lower.
     assert result.stats.per_token_acceptance > result.stats.acceptance_rate

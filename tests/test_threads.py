@@ -72,6 +72,7 @@ def test_the_app_loads_and_races_on_its_device_thread():
             for event in events:
                 seen.append(threading.current_thread().name)
                 yield event
+
         return watched()
 
     engine.stream = stream

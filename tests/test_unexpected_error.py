@@ -40,8 +40,9 @@ def broken_app(broken, monkeypatch):
     monkeypatch.setattr(app.RACING, "engine", lambda: engine)
     monkeypatch.setattr(app.demo, "analytics_enabled", False)
     launch = app.demo.launch
-    monkeypatch.setattr(app.demo, "launch",
-                        lambda **kwargs: launch(**kwargs, prevent_thread_lock=True, quiet=True))
+    monkeypatch.setattr(
+        app.demo, "launch", lambda **kwargs: launch(**kwargs, prevent_thread_lock=True, quiet=True)
+    )
     port = free_port()
     monkeypatch.setenv("PORT", str(port))
     monkeypatch.setenv("OUROBOROS_HOST", "127.0.0.1")
@@ -53,8 +54,9 @@ def broken_app(broken, monkeypatch):
 
 
 @pytest.mark.parametrize("broken", [fail_at_once, fail_mid_race], ids=["at-once", "mid-race"])
-def test_unexpected_server_error_reaches_the_visitor_without_a_traceback(broken, broken_app,
-                                                                         caplog):
+def test_unexpected_server_error_reaches_the_visitor_without_a_traceback(
+    broken, broken_app, caplog
+):
     client = Client(broken_app, verbose=False, httpx_kwargs={"timeout": 60})
     with pytest.raises(AppError) as error:
         race(client, CODE_PROMPT, 8)

@@ -19,10 +19,12 @@ PROMPT = "def add(a, b):\n    return a + b\n"
 
 
 def test_rounding_step_is_one_unit_in_the_last_place():
-    assert rounding_step(torch.bfloat16, 5.0) == 0.03125  # the gap measured at GPU ties, logits in [4, 8)
-    assert rounding_step(torch.bfloat16, 1.0) == 2 ** -7
-    assert rounding_step(torch.float16, 5.0) == 2 ** -8
-    assert rounding_step(torch.float32, 5.0) == pytest.approx(4 * 2 ** -23)
+    assert (
+        rounding_step(torch.bfloat16, 5.0) == 0.03125
+    )  # the gap measured at GPU ties, logits in [4, 8)
+    assert rounding_step(torch.bfloat16, 1.0) == 2**-7
+    assert rounding_step(torch.float16, 5.0) == 2**-8
+    assert rounding_step(torch.float32, 5.0) == pytest.approx(4 * 2**-23)
 
 
 def test_the_tie_rule_holds_at_two_rounding_steps_and_not_at_three():
@@ -31,9 +33,12 @@ def test_the_tie_rule_holds_at_two_rounding_steps_and_not_at_three():
         scores = torch.tensor([5.0, 5.0 - steps * step, 1.0], dtype=torch.bfloat16)
         assert within_rounding(scores, [0, 1], torch.bfloat16) is tie, steps
     exact = torch.tensor([5.0, 5.0, 1.0])
-    assert not within_rounding(exact, [0, 1], torch.float32), "float32 is never a tie, not even at gap 0"
-    assert not within_rounding(torch.tensor([5.0, 5.0, 9.0], dtype=torch.bfloat16), [0, 1], torch.bfloat16), (
-        "two tokens that tie with each other but not with the best are no tie")
+    assert not within_rounding(exact, [0, 1], torch.float32), (
+        "float32 is never a tie, not even at gap 0"
+    )
+    assert not within_rounding(
+        torch.tensor([5.0, 5.0, 9.0], dtype=torch.bfloat16), [0, 1], torch.bfloat16
+    ), "two tokens that tie with each other but not with the best are no tie"
 
 
 def twin_model(eos_id, tokenizer, dtype):
@@ -44,8 +49,9 @@ def twin_model(eos_id, tokenizer, dtype):
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     position = 5
     with torch.no_grad():
-        greedy = model.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=12,
-                                pad_token_id=eos_id)[0, len(prompt_ids):].tolist()
+        greedy = model.generate(
+            torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=12, pad_token_id=eos_id
+        )[0, len(prompt_ids) :].tolist()
         chosen = greedy[position]
         twin = next(t for t in range(model.config.vocab_size) if t not in greedy and t != eos_id)
         model.lm_head.weight[twin] = model.lm_head.weight[chosen]
@@ -58,16 +64,25 @@ def test_a_tie_in_16_bit_is_a_float_tie_with_its_margin(tokenizer, eos_id, dtype
     other = greedy[:position] + [twin]
     verdict = output_verdict(model, prompt_ids, greedy, other)
     assert (verdict.kind, verdict.first_difference, verdict.margin) == ("float tie", position, 0.0)
-    assert f"identical up to token {position}" in explain(verdict) and str(dtype).split(".")[1] in explain(verdict)
+    assert f"identical up to token {position}" in explain(verdict) and str(dtype).split(".")[
+        1
+    ] in explain(verdict)
 
 
 def test_a_tie_followed_by_a_token_the_target_would_not_write_is_a_mismatch(tokenizer, eos_id):
     model, prompt_ids, greedy, position, twin = twin_model(eos_id, tokenizer, torch.bfloat16)
     with torch.no_grad():
-        scores = model(input_ids=torch.tensor([prompt_ids + greedy[:position] + [twin]])).logits[0, -1].float()
+        scores = (
+            model(input_ids=torch.tensor([prompt_ids + greedy[:position] + [twin]]))
+            .logits[0, -1]
+            .float()
+        )
     worst = int(scores.argmin())
     verdict = output_verdict(model, prompt_ids, greedy, greedy[:position] + [twin, worst])
-    assert (verdict.kind, verdict.first_difference) == ("mismatch", position + 1) and verdict.margin > 1.0
+    assert (verdict.kind, verdict.first_difference) == (
+        "mismatch",
+        position + 1,
+    ) and verdict.margin > 1.0
 
 
 def test_float32_is_never_a_tie(tokenizer, eos_id):
@@ -79,7 +94,9 @@ def test_float32_is_never_a_tie(tokenizer, eos_id):
 def test_a_token_the_target_does_not_favour_is_a_mismatch(tokenizer, eos_id):
     model, prompt_ids, greedy, position, _ = twin_model(eos_id, tokenizer, torch.bfloat16)
     with torch.no_grad():
-        scores = model(input_ids=torch.tensor([prompt_ids + greedy[:position]])).logits[0, -1].float()
+        scores = (
+            model(input_ids=torch.tensor([prompt_ids + greedy[:position]])).logits[0, -1].float()
+        )
     worst = int(scores.argmin())
     verdict = output_verdict(model, prompt_ids, greedy, greedy[:position] + [worst])
     assert verdict.kind == "mismatch" and verdict.margin > 1.0
@@ -100,7 +117,11 @@ def bf16_engine(tokenizer, eos_id):
 
 
 def test_16_bit_drafting_departs_only_at_float_ties(bf16_engine):
-    prompts = [PROMPT, "import os\nimport sys\n\nclass Config:\n", "for i in range(10):\n    print(i)\n" * 2]
+    prompts = [
+        PROMPT,
+        "import os\nimport sys\n\nclass Config:\n",
+        "for i in range(10):\n    print(i)\n" * 2,
+    ]
     for prompt in prompts:
         vanilla = bf16_engine.generate(prompt, "vanilla", 40).token_ids
         for method in ("speculative", "ouroboros"):
@@ -139,7 +160,11 @@ def test_the_apps_race_in_bfloat16_names_its_verdict(monkeypatch):
     prompt = humaneval_prompts(4)[3]["prompt"]
     final = list(app.race_api(prompt, 24))[-1]
     assert app.get_engine().target.dtype == torch.bfloat16
-    verdict, vanilla, ouroboros = final["ouroboros"]["verdict"], final["vanilla"], final["ouroboros"]
+    verdict, vanilla, ouroboros = (
+        final["ouroboros"]["verdict"],
+        final["vanilla"],
+        final["ouroboros"],
+    )
     assert verdict["kind"] in ("identical", "float tie"), verdict
     if verdict["kind"] == "identical":
         assert ouroboros["token_ids"] == vanilla["token_ids"] and verdict["margin"] is None
@@ -147,4 +172,6 @@ def test_the_apps_race_in_bfloat16_names_its_verdict(monkeypatch):
         at = verdict["first_difference"]
         assert ouroboros["token_ids"][:at] == vanilla["token_ids"][:at]
         assert ouroboros["token_ids"][at] != vanilla["token_ids"][at]
-        assert 0.0 <= verdict["margin"] <= 2 * rounding_step(torch.bfloat16, 16.0)  # two steps, the tie rule's
+        assert (
+            0.0 <= verdict["margin"] <= 2 * rounding_step(torch.bfloat16, 16.0)
+        )  # two steps, the tie rule's

@@ -10,6 +10,7 @@ from ouroboros_core.verify import Verdict, forward_tree, tree_layout, walk_tree
 
 # --- walk_tree: pure cases -------------------------------------------------------------------------------
 
+
 def test_whole_trunk_accepted_gives_the_target_token_after_it():
     assert walk_tree([5, 6, 7], [], [5, 6, 7, 9], []) == Verdict(3, None, 0, 9)
 
@@ -78,6 +79,7 @@ def test_shared_node_reading_from_first_live_branch_not_first_branch():
 
 # --- tree_layout -----------------------------------------------------------------------------------------
 
+
 def test_tree_layout_positions_and_mask():
     past, pending, trunk, lengths = 4, 1, 2, [2, 3]
     positions, mask = tree_layout(pending, trunk, lengths, past, torch.float32, torch.device("cpu"))
@@ -96,12 +98,16 @@ def test_tree_layout_positions_and_mask():
     for rows in ([3, 4], [5, 6, 7]):
         for j, row in enumerate(rows):
             expected[row, past : past + 3] = True  # the whole trunk
-            expected[row, past + rows[0] : past + row + 1] = True  # its own earlier tokens and itself
+            expected[row, past + rows[0] : past + row + 1] = (
+                True  # its own earlier tokens and itself
+            )
     assert torch.equal(allowed, expected)
 
 
 def test_tree_layout_offsets_shift_branch_positions():
-    positions, mask = tree_layout(2, 0, [2, 2, 1], 3, torch.float16, torch.device("cpu"), offsets=[0, 1, 2])
+    positions, mask = tree_layout(
+        2, 0, [2, 2, 1], 3, torch.float16, torch.device("cpu"), offsets=[0, 1, 2]
+    )
     assert positions[0].tolist() == [3, 4, 5, 6, 6, 7, 7]
     assert mask.dtype == torch.float16
     assert set(mask.unique().tolist()) == {0.0, torch.finfo(torch.float16).min}
@@ -122,13 +128,17 @@ def test_tree_layout_without_branches_is_causal():
 
 # --- one tree forward == plain sequential forwards -------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tree_models(eos_id):
     # float64: a tree forward multiplies other shapes than a plain one, so its sums run in another order; in
     # float32 that alone moved a logit by 1.2e-5 on AVX-512 kernels. In float64 the order costs ~1e-15, so
     # the 1e-5 tolerances below only ever see a wrong mask or position.
-    return {(arch, attn): build_model(arch, eos_id, seed=7, attn=attn).double()
-            for arch in ARCHITECTURES for attn in ("eager", "sdpa")}
+    return {
+        (arch, attn): build_model(arch, eos_id, seed=7, attn=attn).double()
+        for arch in ARCHITECTURES
+        for attn in ("eager", "sdpa")
+    }
 
 
 def plain_logits(model, tokens):
@@ -172,8 +182,12 @@ def test_tree_forward_without_cache_and_empty_trunk(tree_models, arch):
     branches = [[1, 2, 3], [4]]
     logits = forward_tree(model, new_cache(model), prefix, [], branches)
     torch.testing.assert_close(logits[0], plain_logits(model, prefix)[-1], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(logits[1:4], plain_logits(model, prefix + [1, 2, 3])[-3:], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(logits[4], plain_logits(model, prefix + [4])[-1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        logits[1:4], plain_logits(model, prefix + [1, 2, 3])[-3:], rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        logits[4], plain_logits(model, prefix + [4])[-1], rtol=1e-5, atol=1e-5
+    )
 
 
 def test_branch_attached_inside_the_trunk_takes_over_where_the_trunk_is_rejected():
@@ -194,7 +208,9 @@ def test_branch_attached_mid_trunk():
 
 
 def test_tree_layout_attach_points():
-    positions, mask = tree_layout(1, 2, [2, 1], past=3, dtype=torch.float32, device="cpu", attach=[0, 2])
+    positions, mask = tree_layout(
+        1, 2, [2, 1], past=3, dtype=torch.float32, device="cpu", attach=[0, 2]
+    )
     assert positions.tolist() == [[3, 4, 5, 4, 5, 6]]
     allowed = (mask[0, 0] == 0).int().tolist()
     # Root branch: cache and the pending token only, then itself; never the trunk.

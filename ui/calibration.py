@@ -24,6 +24,7 @@ def step_ms(lane: Lane) -> float | None:
 @dataclass(frozen=True)
 class StepCosts:
     """Median milliseconds per step, by method, over `races` earlier races (the warm-up counts as one)."""
+
     step_ms: dict[str, float]
     races: int
 
@@ -60,7 +61,10 @@ class Calibration:
         with self._lock:
             if not self._seen:
                 return None
-            return StepCosts({method: statistics.median(seen) for method, seen in self._seen.items()}, self._races)
+            return StepCosts(
+                {method: statistics.median(seen) for method, seen in self._seen.items()},
+                self._races,
+            )
 
     def take(self, lanes: dict[str, Lane], busy: bool = False) -> StepCosts | None:
         """The costs measured before this race, then this race counted for the next ones (unless `busy`)."""

@@ -43,7 +43,9 @@ def drawing(lanes: dict[str, Lane], kind: str) -> str:
     width, height, most = SIZES[kind]
     traces = {method: lane.trace for method, lane in lanes.items()}
     x_ticks = nice_ticks(max((t for trace in traces.values() for t, _ in trace), default=0.0), most)
-    y_ticks = nice_ticks(max((n for trace in traces.values() for _, n in trace), default=0), most, whole=True)
+    y_ticks = nice_ticks(
+        max((n for trace in traces.values() for _, n in trace), default=0), most, whole=True
+    )
     x_high, y_high = x_ticks[-1], y_ticks[-1]
     plot_w, plot_h = width - LEFT - RIGHT, height - TOP - BOTTOM
 
@@ -53,26 +55,38 @@ def drawing(lanes: dict[str, Lane], kind: str) -> str:
     def y(value):
         return TOP + plot_h * (1 - value / y_high)
 
-    parts = [f'<svg class="race-chart {kind}" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="Tokens over each lane\'s own clock">']
+    parts = [
+        f'<svg class="race-chart {kind}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="Tokens over each lane\'s own clock">'
+    ]
     for tick in x_ticks:
-        parts.append(f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-                     f'<text class="tick x" x="{x(tick):.1f}" y="{TOP + plot_h + 16}">{label(tick)}</text>')
+        parts.append(
+            f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+            f'<text class="tick x" x="{x(tick):.1f}" y="{TOP + plot_h + 16}">{label(tick)}</text>'
+        )
     for tick in y_ticks:
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
-                     f'<text class="tick y" x="{LEFT - 6}" y="{y(tick) + 4:.1f}">{label(tick)}</text>')
-    parts.append(f'<text class="axis" x="{LEFT + plot_w / 2}" y="{height - 4}">seconds (each lane\'s own clock)'
-                 f'</text><text class="axis-y" x="4" y="{TOP - 12}">tokens</text>')
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
+            f'<text class="tick y" x="{LEFT - 6}" y="{y(tick) + 4:.1f}">{label(tick)}</text>'
+        )
+    parts.append(
+        f'<text class="axis" x="{LEFT + plot_w / 2}" y="{height - 4}">seconds (each lane\'s own clock)'
+        f'</text><text class="axis-y" x="4" y="{TOP - 12}">tokens</text>'
+    )
     legend_x = LEFT + plot_w
     for method in reversed(list(traces)):
         name = NAMES.get(method, method)
         legend_x -= 14 + 8 * len(name)
-        parts.append(f'<g class="legend-item"><rect x="{legend_x}" y="{TOP - 20}" width="10" height="10" '
-                     f'fill="{COLOURS.get(method, "#333")}"/><text x="{legend_x + 14}" y="{TOP - 11}">'
-                     f'{html.escape(name)}</text></g>')
+        parts.append(
+            f'<g class="legend-item"><rect x="{legend_x}" y="{TOP - 20}" width="10" height="10" '
+            f'fill="{COLOURS.get(method, "#333")}"/><text x="{legend_x + 14}" y="{TOP - 11}">'
+            f"{html.escape(name)}</text></g>"
+        )
     for method, trace in traces.items():
         points = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n in trace)
-        parts.append(f'<polyline class="trace" data-lane="{method}" points="{points}" '
-                     f'stroke="{COLOURS.get(method, "#333")}"/>')
+        parts.append(
+            f'<polyline class="trace" data-lane="{method}" points="{points}" '
+            f'stroke="{COLOURS.get(method, "#333")}"/>'
+        )
     parts.append("</svg>")
     return "".join(parts)

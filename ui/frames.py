@@ -24,6 +24,7 @@ CHART_EVERY_S = 0.5  # the chart ~2 times a second: a slow browser keeps up
 class RaceView:
     """The components a race draws on, from app.py's layout. A frame sets only the components it
     names; the others stay as they are."""
+
     lanes: dict[str, tuple[Component, Component]]  # by method: its text and its stats line
     chart: Component
     badge: Component
@@ -39,11 +40,24 @@ class RaceView:
     def outputs(self) -> list[Component]:
         """What a race, a replay or Clear may set."""
         lanes = [part for parts in self.lanes.values() for part in parts]
-        return lanes + [self.chart, self.badge, self.summary, self.step, self.inspector,
-                        self.replay, self.status]
+        return lanes + [
+            self.chart,
+            self.badge,
+            self.summary,
+            self.step,
+            self.inspector,
+            self.replay,
+            self.status,
+        ]
 
-    def frame(self, lanes: dict[str, Lane], colour: bool, chart: bool = True,
-              final: dict | None = None, context: str = "") -> dict:
+    def frame(
+        self,
+        lanes: dict[str, Lane],
+        colour: bool,
+        chart: bool = True,
+        final: dict | None = None,
+        context: str = "",
+    ) -> dict:
         """The lanes, badge and summary (and the chart unless chart=False: it is the costly one to
         redraw). final: once the race is over, its verdicts, the step costs measured before it, its
         sampling line and whether it met a busy machine ("busy": the CPU share its steps got, or
@@ -55,8 +69,9 @@ class RaceView:
         if chart:
             values[self.chart] = chart_svg(lanes)
         values[self.badge] = badge_html(lanes, final.get("verdicts")) + final.get("sampling", "")
-        values[self.summary] = (summary_html(lanes, final["costs"], final.get("busy")) if final
-                                else "")
+        values[self.summary] = (
+            summary_html(lanes, final["costs"], final.get("busy")) if final else ""
+        )
         return values
 
     def inspected(self, lanes: dict[str, Lane] | None) -> dict:
@@ -70,20 +85,32 @@ class RaceView:
             return values
         lane = lanes["ouroboros"]
         best = best_step(lane)
-        return {self.step: gr.update(maximum=max(len(lane.events), 2), value=best,
-                                     interactive=len(lane.events) > 1),
-                self.inspector: step_html(lane, best)}
+        return {
+            self.step: gr.update(
+                maximum=max(len(lane.events), 2), value=best, interactive=len(lane.events) > 1
+            ),
+            self.inspector: step_html(lane, best),
+        }
 
     def cleared(self) -> dict:
         """Every output empty, the chart's bare axes, the step slider and Replay off."""
         off = gr.update(interactive=False)
         values = {part: "" for parts in self.lanes.values() for part in parts}
-        return {**values, self.chart: chart_svg({}), self.badge: "", self.summary: "",
-                self.step: off, self.inspector: "", self.replay: off, self.status: ""}
+        return {
+            **values,
+            self.chart: chart_svg({}),
+            self.badge: "",
+            self.summary: "",
+            self.step: off,
+            self.inspector: "",
+            self.replay: off,
+            self.status: "",
+        }
 
 
-def streamed(view: RaceView, updates: Iterator[dict[str, Lane]], colour: bool, context: str = ""
-             ) -> Iterator[dict]:
+def streamed(
+    view: RaceView, updates: Iterator[dict[str, Lane]], colour: bool, context: str = ""
+) -> Iterator[dict]:
     """Frames of a stream of lanes ~16 times a second, with the chart ~2 times (a slow browser keeps
     up)."""
     last_text = last_chart = 0.0

@@ -39,8 +39,10 @@ class Limits:
     @classmethod
     def from_env(cls) -> "Limits":
         """The host's limits (a Space's variables); nothing on the page can change them."""
-        return cls(int(os.environ.get("OUROBOROS_MAX_NEW_TOKENS", "512")),
-                   int(os.environ.get("OUROBOROS_MAX_PROMPT_CHARS", "32000")))
+        return cls(
+            int(os.environ.get("OUROBOROS_MAX_NEW_TOKENS", "512")),
+            int(os.environ.get("OUROBOROS_MAX_PROMPT_CHARS", "32000")),
+        )
 
 
 def refuse(message: str) -> gr.Error:
@@ -56,19 +58,27 @@ def check_prompt(prompt, max_chars: int) -> str:
     if not prompt or not prompt.strip():
         raise refuse("Prompt is empty: type some code or pick an example.")
     if len(prompt) > max_chars:
-        raise refuse(f"Prompt is {len(prompt):,} characters; this demo takes at most "
-                     f"{max_chars:,}.")
+        raise refuse(
+            f"Prompt is {len(prompt):,} characters; this demo takes at most {max_chars:,}."
+        )
     found = CONTROL.search(prompt)  # lone surrogates are the engine's to refuse, for every caller
     if found:
-        raise refuse(f"Prompt has a control character (U+{ord(found.group()):04X}) at character "
-                     f"{found.start()}; only printable text, tabs and newlines are accepted.")
+        raise refuse(
+            f"Prompt has a control character (U+{ord(found.group()):04X}) at character "
+            f"{found.start()}; only printable text, tabs and newlines are accepted."
+        )
     return prompt
 
 
 def check_whole(label: str, value, low: int, high: int) -> int:
     """A whole number in [low, high] from the page or the API (sliders send floats like 3.0)."""
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and value == int(value) and low <= value <= high)
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value == int(value)
+        and low <= value <= high
+    )
     if not ok:
         raise refuse(f"{label} must be a whole number from {low} to {high}, got {value!r}.")
     return int(value)
@@ -104,8 +114,11 @@ def check_sampling(temperature, top_p, seed) -> dict:
     seed = check_seed(seed)
     if temperature == 0.0:
         return {}
-    return {"temperature": temperature, "top_p": top_p,
-            "seed": secrets.randbelow(MAX_SEED + 1) if seed is None else seed}
+    return {
+        "temperature": temperature,
+        "top_p": top_p,
+        "seed": secrets.randbelow(MAX_SEED + 1) if seed is None else seed,
+    }
 
 
 def prompt_tokens(engine, prompt) -> int | None:
@@ -129,9 +142,11 @@ def fit_problem(engine, prompt, max_new_tokens) -> str | None:
     room = engine.max_context - int(max_new_tokens)
     if used <= room:
         return None
-    return (f"Prompt is {used:,} tokens; with {int(max_new_tokens):,} new tokens the model's "
-            f"{engine.max_context:,}-token context leaves room for {max(room, 0):,}. Shorten the "
-            "prompt or ask for fewer new tokens.")
+    return (
+        f"Prompt is {used:,} tokens; with {int(max_new_tokens):,} new tokens the model's "
+        f"{engine.max_context:,}-token context leaves room for {max(room, 0):,}. Shorten the "
+        "prompt or ask for fewer new tokens."
+    )
 
 
 def room_line(engine, prompt, max_new_tokens) -> str:
@@ -147,24 +162,29 @@ def room_line(engine, prompt, max_new_tokens) -> str:
     used = prompt_tokens(engine, prompt) or 0
     over = " — too long: Run will say so, nothing is cut" if used > room else ""
     tokens = "token" if length == 1 else "tokens"
-    return (f"{used:,} of the {max(room, 0):,} tokens the model can read with {length:,} new "
-            f"{tokens}{over}.")
+    return (
+        f"{used:,} of the {max(room, 0):,} tokens the model can read with {length:,} new "
+        f"{tokens}{over}."
+    )
 
 
-def check_request(prompt, max_new_tokens, knobs: dict | None, limits: Limits
-                  ) -> tuple[str, int, dict]:
+def check_request(
+    prompt, max_new_tokens, knobs: dict | None, limits: Limits
+) -> tuple[str, int, dict]:
     """The prompt, max new tokens and the Ouroboros options of a request, or a gr.Error naming the
     limit."""
     prompt = check_prompt(prompt, limits.max_prompt_chars)
     max_new_tokens = check_whole("Max new tokens", max_new_tokens, 1, limits.max_new_tokens)
-    options = {name: check_knob(name, value) for name, value in (knobs or {}).items()
-               if value is not None}
+    options = {
+        name: check_knob(name, value) for name, value in (knobs or {}).items() if value is not None
+    }
     return prompt, max_new_tokens, options
 
 
 @dataclass(frozen=True)
 class RaceRequest:
     """A race's inputs, checked: from the page's Run or from /race."""
+
     prompt: str
     max_new_tokens: int
     options: dict  # the Ouroboros knobs set; the others keep the pair's own settings
@@ -177,22 +197,32 @@ def check_race(inputs: dict, limits: Limits) -> RaceRequest:
     """A race's inputs by name (the page's, or /race's arguments) checked, or a gr.Error naming the
     first wrong one; the page's other inputs (its switches) are left to its handler."""
     knobs = {name: inputs.get(name) for name in KNOBS}  # one left out keeps the pair's setting
-    prompt, max_new_tokens, options = check_request(inputs["prompt"], inputs["max_new_tokens"],
-                                                    knobs, limits)
+    prompt, max_new_tokens, options = check_request(
+        inputs["prompt"], inputs["max_new_tokens"], knobs, limits
+    )
     sampling = check_sampling(inputs["temperature"], inputs["top_p"], inputs["seed"])
-    return RaceRequest(prompt, max_new_tokens, options, sampling, seed_drawn=inputs["seed"] is None,
-                       raw=bool(inputs["raw"]))
+    return RaceRequest(
+        prompt,
+        max_new_tokens,
+        options,
+        sampling,
+        seed_drawn=inputs["seed"] is None,
+        raw=bool(inputs["raw"]),
+    )
 
 
 def input_problems(inputs: dict, limits: Limits) -> dict[str, str | None]:
     """Each input's message by name, or None where it is fine (or not one a race checks)."""
-    checks = {"prompt": lambda value: check_prompt(value, limits.max_prompt_chars),
-              "max_new_tokens": lambda value: check_whole("Max new tokens", value, 1,
-                                                          limits.max_new_tokens),
-              **{name: functools.partial(check_knob, name) for name in KNOBS},
-              "temperature": lambda value: value is None or check_number("temperature", value),
-              "top_p": lambda value: value is None or check_number("top_p", value),
-              "seed": check_seed}
+    checks = {
+        "prompt": lambda value: check_prompt(value, limits.max_prompt_chars),
+        "max_new_tokens": lambda value: check_whole(
+            "Max new tokens", value, 1, limits.max_new_tokens
+        ),
+        **{name: functools.partial(check_knob, name) for name in KNOBS},
+        "temperature": lambda value: value is None or check_number("temperature", value),
+        "top_p": lambda value: value is None or check_number("top_p", value),
+        "seed": check_seed,
+    }
     problems = {}
     for name, value in inputs.items():
         try:
@@ -206,6 +236,7 @@ def input_problems(inputs: dict, limits: Limits) -> dict[str, str | None]:
 def shielded(handler):
     """Visitors see our own messages (gr.Error) and never a traceback; anything else is logged
     here."""
+
     @functools.wraps(handler)
     def wrapper(*args, **kwargs):
         try:
@@ -215,6 +246,7 @@ def shielded(handler):
         except Exception:
             log.exception("request failed")
             raise gr.Error(UNEXPECTED) from None
+
     return wrapper
 
 
@@ -231,8 +263,9 @@ def validate_race(limits: Limits, inputs: dict, engine=None) -> list[dict]:
     return [gr.validate(problem is None, problem or "") for problem in problems.values()]
 
 
-def race_validator(limits: Limits, engine=lambda: None, wait: bool = False,
-                   names: Sequence[str] = ()):
+def race_validator(
+    limits: Limits, engine=lambda: None, wait: bool = False, names: Sequence[str] = ()
+):
     """validate_race as Gradio's validator for an endpoint (engine: returns the loaded pair or
     None). Gradio hands it the inputs as it hands them to the handler: by name (the page's), or in
     order, named by `names` (/race's parameters). Async on purpose: Gradio checks the queue's size,
@@ -240,10 +273,12 @@ def race_validator(limits: Limits, engine=lambda: None, wait: bool = False,
     pause between those, so a burst cannot overfill the queue (a plain function runs in a worker
     thread, and every call of a burst passes the size check before any is queued). wait: while no
     pair is loaded, every input passes (for a later step's validator to check once it is)."""
+
     async def validate(*values, **named):
         inputs = {**dict(zip(names, values, strict=True)), **named}
         pair = engine()
         if wait and pair is None:
             return [gr.validate(True, "")] * len(inputs)
         return validate_race(limits, inputs, engine=pair)
+
     return validate

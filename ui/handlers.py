@@ -22,14 +22,17 @@ from ui.sessions import Sessions, visitor
 from ui.threads import Latest
 
 LOAD_EVERY_S = 0.5  # the loading status and Run's wait for the pair, twice a second
-RUNNING = ('<div class="race-running">Racing: Stop ends it; Run again restarts it with the prompt '
-           "as it is now.</div>")
+RUNNING = (
+    '<div class="race-running">Racing: Stop ends it; Run again restarts it with the prompt '
+    "as it is now.</div>"
+)
 
 
 @dataclass
 class RaceHandlers:
     """Run (accepting the click, waiting for the pair, the race, its end), Replay, Clear and the
     step inspector, each for the visitor's own session."""
+
     racing: Racing
     sessions: Sessions
     view: RaceView
@@ -41,9 +44,11 @@ class RaceHandlers:
         legend names what it can show."""
         knobs = {name: inputs[name] for name in KNOBS}
         settings = {**pair_settings(self.racing.loader.engine), **knobs}
-        return {self.view.armed: self.sessions.arm(request),
-                self.view.replay: gr.update(interactive=False),
-                self.view.legend: legend_html(settings)}
+        return {
+            self.view.armed: self.sessions.arm(request),
+            self.view.replay: gr.update(interactive=False),
+            self.view.legend: legend_html(settings),
+        }
 
     @shielded
     def await_pair(self) -> Iterator[str]:
@@ -80,8 +85,11 @@ class RaceHandlers:
             # At once, before the first step: the lanes open on the prompt's last line, with the
             # racing line.
             empty = {method: Lane(method) for method in methods}
-            yield {**view.frame(empty, colour, False, context=context), **view.inspected(None),
-                   view.status: RUNNING}
+            yield {
+                **view.frame(empty, colour, False, context=context),
+                **view.inspected(None),
+                view.status: RUNNING,
+            }
             mark = self.racing.watch.busy_windows  # whether this race meets a busy machine
             updates = Latest(self.racing.run(asked, methods, stop, pools))
             yield from streamed(view, updates, colour, context)
@@ -89,8 +97,11 @@ class RaceHandlers:
             if lanes is not None:
                 final = self.racing.final(asked, lanes, mark)
                 session["race"] = (lanes, final, context)
-                yield {**view.frame(lanes, colour, final=final, context=context),
-                       **view.inspected(lanes), view.status: ""}
+                yield {
+                    **view.frame(lanes, colour, final=final, context=context),
+                    **view.inspected(lanes),
+                    view.status: "",
+                }
         finally:  # also when the page goes away mid-race: the lanes so far
             session["stops"].release(armed)
             log_race(who, updates.value)
@@ -104,12 +115,15 @@ class RaceHandlers:
     def race_over(self, request: gr.Request) -> dict:
         """The racing line goes; Replay comes back for the last race unless a later Run has armed
         another."""
-        return {self.view.status: "",
-                self.view.replay: gr.update(interactive=self.sessions.replayable(request))}
+        return {
+            self.view.status: "",
+            self.view.replay: gr.update(interactive=self.sessions.replayable(request)),
+        }
 
     @shielded
-    def replay(self, speed, colour, request: gr.Request, armed: int | None = None
-               ) -> Iterator[dict]:
+    def replay(
+        self, speed, colour, request: gr.Request, armed: int | None = None
+    ) -> Iterator[dict]:
         """The session's last race again, from its recorded events, at its true relative timings
         times `speed`."""
         session = self.sessions.get(visitor(request))
@@ -119,8 +133,9 @@ class RaceHandlers:
         try:
             recorded = session.get("race")
             if recorded is None:
-                raise refuse("Run a race first: Replay shows the last race again, at the speed you "
-                             "pick.")
+                raise refuse(
+                    "Run a race first: Replay shows the last race again, at the speed you pick."
+                )
             lanes, final, context = recorded
             try:
                 speed = speed_for(speed, lanes)
@@ -156,6 +171,7 @@ class LoadingView:
     status, the pair's line, whether to keep ticking, the knobs' sliders once the pair (and so its
     own settings) is ready, the prompt's size in tokens, and the legend for a race at the pair's
     settings."""
+
     racing: Racing
     status: Component
     pair: Component
@@ -182,9 +198,12 @@ class LoadingView:
         """The lines for the prompt `text` and `length` new tokens; the sliders and the legend are
         left alone until the pair is ready."""
         loader = self.racing.loader
-        values = {self.status: loader.status_html(), self.pair: self.pair_line(),
-                  self.timer: gr.Timer(active=not loader.finished),
-                  self.room: room_line(loader.engine, text, length)}
+        values = {
+            self.status: loader.status_html(),
+            self.pair: self.pair_line(),
+            self.timer: gr.Timer(active=not loader.finished),
+            self.room: room_line(loader.engine, text, length),
+        }
         if loader.finished and loader.error is None:
             values.update((self.knobs[name], value) for name, value in self.knob_values().items())
             values[self.legend] = legend_html(pair_settings(loader.engine))

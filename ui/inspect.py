@@ -11,8 +11,12 @@ import math
 from ouroboros_core.events import Source, StepEvent, Token
 from ouroboros_core.race import Lane
 
-SOURCE_NAMES = {Source.DRAFT: "draft model", Source.POOL: "pool phrase",
-                Source.PROMPT: "prompt lookup", Source.TARGET: "the target"}
+SOURCE_NAMES = {
+    Source.DRAFT: "draft model",
+    Source.POOL: "pool phrase",
+    Source.PROMPT: "prompt lookup",
+    Source.TARGET: "the target",
+}
 CONTEXT_CHARS = 80  # how much of the text before the step is shown
 
 
@@ -20,11 +24,16 @@ def chip(token: Token, state: str) -> str:
     """One token: coloured by its source, marked by what the target made of it (kept, rejected, not
     on the walked path, the target's own)."""
     text = html.escape(token.text).replace("\n", "↵").replace(" ", "·") or "∅"
-    titles = {"kept": "kept by the target", "rejected": "rejected by the target",
-              "unwalked": "verified in the same forward, not on the path the target walked",
-              "own": "the target's own token"}
-    return (f'<span class="chip tok-{token.source.value} {state}" '
-            f'title="{SOURCE_NAMES[token.source]}: {titles[state]}">{text}</span>')
+    titles = {
+        "kept": "kept by the target",
+        "rejected": "rejected by the target",
+        "unwalked": "verified in the same forward, not on the path the target walked",
+        "own": "the target's own token",
+    }
+    return (
+        f'<span class="chip tok-{token.source.value} {state}" '
+        f'title="{SOURCE_NAMES[token.source]}: {titles[state]}">{text}</span>'
+    )
 
 
 def sources_of(tokens) -> str:
@@ -38,8 +47,10 @@ def sources_of(tokens) -> str:
 def trunk_row(step: StepEvent) -> str:
     kept = step.trunk_accepted
     chips = [chip(t, "kept" if i < kept else "rejected") for i, t in enumerate(step.trunk)]
-    return (f'<tr class="trunk"><th>trunk</th><td>{sources_of(step.trunk)}</td>'
-            f'<td>the text so far</td><td>{"".join(chips) or "<i>nothing drafted</i>"}</td></tr>')
+    return (
+        f'<tr class="trunk"><th>trunk</th><td>{sources_of(step.trunk)}</td>'
+        f"<td>the text so far</td><td>{''.join(chips) or '<i>nothing drafted</i>'}</td></tr>"
+    )
 
 
 def branch_rows(step: StepEvent) -> list[str]:
@@ -53,10 +64,17 @@ def branch_rows(step: StepEvent) -> list[str]:
             chips = [chip(t, "unwalked") for t in branch]
             name = f"branch {b + 1}"
         # An empty trunk has no "whole": a branch hanging there follows the text so far.
-        where = ("the text so far" if at == 0 else "the whole trunk" if at == len(step.trunk)
-                 else f"trunk token {at}")
-        rows.append(f'<tr class="branch{" walked" if b == step.branch else ""}"><th>{name}</th>'
-                    f'<td>{sources_of(branch)}</td><td>{where}</td><td>{"".join(chips)}</td></tr>')
+        where = (
+            "the text so far"
+            if at == 0
+            else "the whole trunk"
+            if at == len(step.trunk)
+            else f"trunk token {at}"
+        )
+        rows.append(
+            f'<tr class="branch{" walked" if b == step.branch else ""}"><th>{name}</th>'
+            f"<td>{sources_of(branch)}</td><td>{where}</td><td>{''.join(chips)}</td></tr>"
+        )
     return rows
 
 
@@ -70,21 +88,34 @@ def step_html(lane: Lane, number: int) -> str:
     context = ("…" if len(before) > CONTEXT_CHARS else "") + html.escape(before[-CONTEXT_CHARS:])
     fed = 1 + len(step.trunk) + sum(map(len, step.branches))
     landed = len(step.committed)
-    head = (f'<div class="step-head"><b>Step {number} of {len(lane.events)}</b> · drafted in '
-            f"{step.draft_ms:.1f} ms · verified in {step.verify_ms:.1f} ms, one target forward "
-            f"over {fed} token{'s' if fed > 1 else ''} · "
-            f"<b>{landed} token{'s' if landed != 1 else ''} landed</b></div>")
-    table = ('<table class="tree"><thead><tr><th>candidate</th><th>from</th><th>hangs after</th>'
-             "<th>tokens</th></tr></thead><tbody>" + trunk_row(step) + "".join(branch_rows(step))
-             + "</tbody></table>")
-    own = (chip(step.target_token, "own") if step.target_token
-           else "<i>none: a limit ended the step</i>")
+    head = (
+        f'<div class="step-head"><b>Step {number} of {len(lane.events)}</b> · drafted in '
+        f"{step.draft_ms:.1f} ms · verified in {step.verify_ms:.1f} ms, one target forward "
+        f"over {fed} token{'s' if fed > 1 else ''} · "
+        f"<b>{landed} token{'s' if landed != 1 else ''} landed</b></div>"
+    )
+    table = (
+        '<table class="tree"><thead><tr><th>candidate</th><th>from</th><th>hangs after</th>'
+        "<th>tokens</th></tr></thead><tbody>"
+        + trunk_row(step)
+        + "".join(branch_rows(step))
+        + "</tbody></table>"
+    )
+    own = (
+        chip(step.target_token, "own")
+        if step.target_token
+        else "<i>none: a limit ended the step</i>"
+    )
     walked = "".join(chip(t, "kept") for t in step.accepted) + own
     rejected = "".join(chip(t, "rejected") for t in step.rejected) or "<i>nothing</i>"
-    path = (f'<div class="walk"><span class="what">The target walked:</span> {walked}</div>'
-            f'<div class="walk"><span class="what">Rejected on that path:</span> {rejected}</div>')
-    return (f'<div class="inspector">{head}<pre class="step-context">{context}'
-            f'<span class="here">▌</span></pre>{table}{path}</div>')
+    path = (
+        f'<div class="walk"><span class="what">The target walked:</span> {walked}</div>'
+        f'<div class="walk"><span class="what">Rejected on that path:</span> {rejected}</div>'
+    )
+    return (
+        f'<div class="inspector">{head}<pre class="step-context">{context}'
+        f'<span class="here">▌</span></pre>{table}{path}</div>'
+    )
 
 
 def step_view(lane: Lane, number) -> str:
@@ -93,12 +124,18 @@ def step_view(lane: Lane, number) -> str:
     traceback in the log."""
     if not lane.events:
         return step_html(lane, 1)
-    whole = (not isinstance(number, bool) and isinstance(number, (int, float))
-             and math.isfinite(number) and number == int(number))
+    whole = (
+        not isinstance(number, bool)
+        and isinstance(number, (int, float))
+        and math.isfinite(number)
+        and number == int(number)
+    )
     if not whole or not 1 <= number <= len(lane.events):
-        return (f'<div class="inspector refused">Step must be a whole number from 1 to '
-                f"{len(lane.events)} (this race's Ouroboros steps), got "
-                f"{html.escape(repr(number))}.</div>")
+        return (
+            f'<div class="inspector refused">Step must be a whole number from 1 to '
+            f"{len(lane.events)} (this race's Ouroboros steps), got "
+            f"{html.escape(repr(number))}.</div>"
+        )
     return step_html(lane, int(number))
 
 

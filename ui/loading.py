@@ -22,12 +22,16 @@ def pair_from_env() -> tuple[str, str | None]:
     """The pair the host chose (a Space's variables; never the page): a preset, or a target and draft."""
     if os.environ.get("OUROBOROS_TARGET"):
         if not os.environ.get("OUROBOROS_DRAFT"):
-            raise LoadError("OUROBOROS_TARGET is set without OUROBOROS_DRAFT: set both, to folders or Hub ids")
+            raise LoadError(
+                "OUROBOROS_TARGET is set without OUROBOROS_DRAFT: set both, to folders or Hub ids"
+            )
         return os.environ["OUROBOROS_TARGET"], os.environ["OUROBOROS_DRAFT"]
     name = os.environ.get("OUROBOROS_PRESET") or DEFAULT_PRESET
     if name not in presets():
-        raise LoadError(f"OUROBOROS_PRESET={name!r} is not a preset: set it to one of {', '.join(presets())}, or "
-                        f"set OUROBOROS_TARGET and OUROBOROS_DRAFT to folders or Hub ids")
+        raise LoadError(
+            f"OUROBOROS_PRESET={name!r} is not a preset: set it to one of {', '.join(presets())}, or "
+            f"set OUROBOROS_TARGET and OUROBOROS_DRAFT to folders or Hub ids"
+        )
     return name, None
 
 
@@ -35,7 +39,9 @@ WARM_UP_PROMPT = 'def greet(name):\n    """Say hello to name."""\n'
 WARM_UP_REQUEST = "Write a Python function that says hello to a name."
 
 
-def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True, calibration=None, watch=None):
+def load_pair(
+    report: Report, warm_up: bool = True, check_memory: bool = True, calibration=None, watch=None
+):
     """Load the pair the host chose and warm it up (not on ZeroGPU, where the first race, inside its GPU
     function, warms up instead, and where nothing may touch the device to check its memory). With a `watch`
     (ouroboros_core.cpu.BusyWatch) on a CPU, short races at each thread count pick the fastest. With a
@@ -45,11 +51,19 @@ def load_pair(report: Report, warm_up: bool = True, check_memory: bool = True, c
     from ouroboros_core.race import race
 
     target, draft = pair_from_env()
-    engine = load_engine(target, draft, os.environ.get("OUROBOROS_DEVICE"),
-                         dtype=os.environ.get("OUROBOROS_DTYPE") or None, check_memory=check_memory, report=report)
+    engine = load_engine(
+        target,
+        draft,
+        os.environ.get("OUROBOROS_DEVICE"),
+        dtype=os.environ.get("OUROBOROS_DTYPE") or None,
+        check_memory=check_memory,
+        report=report,
+    )
     if warm_up:
         report(LoadStage("warm up", "Warming up (one short race)"))
-        engine.generate(WARM_UP_REQUEST if engine.chat else "def warm_up():\n", "ouroboros", 8)  # allocations, kernels
+        engine.generate(
+            WARM_UP_REQUEST if engine.chat else "def warm_up():\n", "ouroboros", 8
+        )  # allocations, kernels
         prompt = WARM_UP_REQUEST if engine.chat else WARM_UP_PROMPT
         if watch is not None and engine.target.device.type == "cpu":
             report(LoadStage("warm up", "Timing a short race at each thread count"))
@@ -76,7 +90,11 @@ def start_threads(watch) -> None:
     except ConfigError as err:
         log.error("%s; ignoring it", err)
         choice = set_torch_threads({})
-    log.info("torch threads: %s%s", choice, "" if choice.source == ENV_VAR else ", the most the race will try")
+    log.info(
+        "torch threads: %s%s",
+        choice,
+        "" if choice.source == ENV_VAR else ", the most the race will try",
+    )
     watch.reset(choice.count, fixed=choice.source == ENV_VAR)
 
 
@@ -98,12 +116,18 @@ def failure_sentence(err: BaseException) -> str:
     """What a visitor or host reads when the pair cannot load: the cause and what to set, in one sentence."""
     if isinstance(err, LoadError):
         text = str(err)
-    elif isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":  # torch's, without torch here
-        text = ("the device ran out of memory while loading the pair: pick a smaller pair (OUROBOROS_PRESET), a "
-                "16-bit dtype (OUROBOROS_DTYPE=bfloat16) or larger hardware")
+    elif (
+        isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError"
+    ):  # torch's, without torch here
+        text = (
+            "the device ran out of memory while loading the pair: pick a smaller pair (OUROBOROS_PRESET), a "
+            "16-bit dtype (OUROBOROS_DTYPE=bfloat16) or larger hardware"
+        )
     else:
-        text = (f"loading failed with {type(err).__name__}: check OUROBOROS_PRESET, or OUROBOROS_TARGET and "
-                "OUROBOROS_DRAFT")
+        text = (
+            f"loading failed with {type(err).__name__}: check OUROBOROS_PRESET, or OUROBOROS_TARGET and "
+            "OUROBOROS_DRAFT"
+        )
     return f"The model pair could not be loaded: {text.rstrip('.')}."
 
 
@@ -111,7 +135,9 @@ class PairLoader:
     """Loads the pair once, on `start`, through `submit` (the device thread, or a thread of its own), and keeps
     the latest stage. `load(report)` returns the engine; everything it raises ends as `error`, logged in full."""
 
-    def __init__(self, load: Callable[[Report], object], submit: Callable[[Callable[[], None]], object]):
+    def __init__(
+        self, load: Callable[[Report], object], submit: Callable[[Callable[[], None]], object]
+    ):
         self._load = load
         self._submit = submit
         self._started = threading.Lock()
@@ -154,9 +180,13 @@ class PairLoader:
     def _run(self) -> None:
         try:
             engine = self._load(self.report)
-        except Exception as err:  # a thread's top level: whatever the load raised goes to the page and the log
+        except (
+            Exception
+        ) as err:  # a thread's top level: whatever the load raised goes to the page and the log
             self.error = failure_sentence(err)
-            log.error("model pair failed to load: %s", self.error, exc_info=not isinstance(err, LoadError))
+            log.error(
+                "model pair failed to load: %s", self.error, exc_info=not isinstance(err, LoadError)
+            )
         else:
             self.engine = engine
             log.info("model pair: ready in %.1f s", time.perf_counter() - self.began)
@@ -166,8 +196,10 @@ class PairLoader:
     def status_html(self) -> str:
         """The page's line about the pair while it loads, or after it failed; empty once it is ready."""
         if self.error is not None:
-            return (f'<div class="load-status load-failed" role="alert"><strong>{html.escape(self.error)}</strong> '
-                    f'{CHECK_LOG} The page still works; Run will say the same until the host fixes it.</div>')
+            return (
+                f'<div class="load-status load-failed" role="alert"><strong>{html.escape(self.error)}</strong> '
+                f"{CHECK_LOG} The page still works; Run will say the same until the host fixes it.</div>"
+            )
         if self.finished:
             return ""
         stage = self.stage
@@ -176,6 +208,8 @@ class PairLoader:
             percent = min(100.0, 100.0 * stage.done / stage.total)
             bar = f'<progress max="100" value="{percent:.0f}" aria-label="loading progress"></progress>'
         elapsed = f" ({time.perf_counter() - self.began:.0f} s)" if self.began else ""
-        return (f'<div class="load-status" role="status"><span class="load-spinner" aria-hidden="true"></span>'
-                f'<strong>Getting the model pair ready:</strong> {html.escape(stage.text)}{elapsed}. {bar}'
-                f'<span class="load-note">Run waits until it is ready.</span></div>')
+        return (
+            f'<div class="load-status" role="status"><span class="load-spinner" aria-hidden="true"></span>'
+            f"<strong>Getting the model pair ready:</strong> {html.escape(stage.text)}{elapsed}. {bar}"
+            f'<span class="load-note">Run waits until it is ready.</span></div>'
+        )

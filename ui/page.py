@@ -70,11 +70,15 @@ def pair_description(engine=None) -> str:
         if engine.chat:
             where += " Prompts go to the target as a user's chat turn; its answer fills the lanes."
     if os.environ.get("OUROBOROS_TARGET"):
-        return (f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, "
-                f"draft `{os.environ.get('OUROBOROS_DRAFT')}`." + where)
+        return (
+            f"Pair: target `{os.environ['OUROBOROS_TARGET']}`, "
+            f"draft `{os.environ.get('OUROBOROS_DRAFT')}`." + where
+        )
     name = chosen_preset()
     preset = presets().get(name)
     if preset is None:
         return f"Pair: `{html.escape(name)}` (unknown preset)"
-    return (f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: "
-            f"{preset.description}.{where}")
+    return (
+        f"Pair **{name}**: target `{preset.target}`, draft `{preset.draft}`: "
+        f"{preset.description}.{where}"
+    )

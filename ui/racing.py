@@ -27,6 +27,7 @@ log = logging.getLogger("ouroboros.app")
 class Racing:
     """What every race shares, made once by app.py: the host's limits, the pair's loader, the device
     thread every engine call runs on, the busy watch and the step costs measured so far."""
+
     limits: Limits
     loader: PairLoader
     device: DeviceThread
@@ -43,16 +44,28 @@ class Racing:
         traceback."""
         return visitor_engine(self.engine)
 
-    def run(self, asked: RaceRequest, methods: list[str], stop=None, pools: dict | None = None
-            ) -> Iterator[dict[str, Lane]]:
+    def run(
+        self, asked: RaceRequest, methods: list[str], stop=None, pools: dict | None = None
+    ) -> Iterator[dict[str, Lane]]:
         """The lanes of a checked race as they stream; request errors the engine finds become
         messages for the visitor. stop: the race's stop flag; pools: a warm pool by method."""
         engine = self.visitor_engine()
-        per_method = {method: {**asked.sampling, **(asked.options if method == "ouroboros" else {})}
-                      for method in methods}
+        per_method = {
+            method: {**asked.sampling, **(asked.options if method == "ouroboros" else {})}
+            for method in methods
+        }
         try:
-            updates = race(engine, asked.prompt, methods, asked.max_new_tokens, per_method, stop,
-                           pools or {}, raw=asked.raw, watch=self.watch)
+            updates = race(
+                engine,
+                asked.prompt,
+                methods,
+                asked.max_new_tokens,
+                per_method,
+                stop,
+                pools or {},
+                raw=asked.raw,
+                watch=self.watch,
+            )
             # race() is a generator: the engine validates the request on its first step, so take it
             # here.
             first = self.device.call(next, updates)
@@ -63,24 +76,37 @@ class Racing:
     def verdicts(self, asked: RaceRequest, lanes: dict[str, Lane]) -> dict[str, OutputVerdict]:
         """Each drafting lane's output against vanilla's, once every lane has finished (not when
         stopped)."""
-        unfinished = (lane.done is None or lane.done.stop_reason == "cancelled"
-                      for lane in lanes.values())
+        unfinished = (
+            lane.done is None or lane.done.stop_reason == "cancelled" for lane in lanes.values()
+        )
         if any(unfinished):
             return {}
         reference = lanes["vanilla"].done.token_ids
         engine = self.engine()
-        return {method: self.device.call(engine.verdict, asked.prompt, reference,
-                                         lane.done.token_ids, **asked.sampling, raw=asked.raw)
-                for method, lane in lanes.items() if method != "vanilla"}
+        return {
+            method: self.device.call(
+                engine.verdict,
+                asked.prompt,
+                reference,
+                lane.done.token_ids,
+                **asked.sampling,
+                raw=asked.raw,
+            )
+            for method, lane in lanes.items()
+            if method != "vanilla"
+        }
 
     def final(self, asked: RaceRequest, lanes: dict[str, Lane], mark: int) -> dict:
         """A finished race's figures for the page: its verdicts, whether it met a busy machine since
         the watch's count `mark` (the CPU share its steps got, or None), the step costs measured
         before it (and it counted for the next races), and its sampling line."""
         busy = self.watch.busy_since(mark)
-        return {"verdicts": self.verdicts(asked, lanes), "busy": busy,
-                "costs": self.calibration.take(lanes, busy=busy is not None),
-                "sampling": sampling_line(asked.sampling, drawn=asked.seed_drawn)}
+        return {
+            "verdicts": self.verdicts(asked, lanes),
+            "busy": busy,
+            "costs": self.calibration.take(lanes, busy=busy is not None),
+            "sampling": sampling_line(asked.sampling, drawn=asked.seed_drawn),
+        }
 
     def api(self, asked: RaceRequest) -> Iterator[dict]:
         """/race's messages for a checked request: the lanes as they stream, then the finished race

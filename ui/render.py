@@ -9,19 +9,27 @@ from ouroboros_core.race import Lane
 from ouroboros_core.verdict import CALM, OutputVerdict, explain, first_difference
 from ui.calibration import StepCosts
 
-LANE_TITLES = {"vanilla": "Vanilla (target alone)", "speculative": "Speculative (draft model)",
-               "ouroboros": "Ouroboros"}
-TIMING_NOTE = ("Each lane's clock counts only its own compute: the lanes take turns on the one device, the "
-               "lane that is behind on its own clock always goes next, and every clock reads "
-               "time.perf_counter (device synchronised) around its own steps, as if it ran alone.")
-POOL_TITLE = ("phrases the lookahead window guessed, and the target's own tokens over a rejected draft, reused "
-              "where they come back")
+LANE_TITLES = {
+    "vanilla": "Vanilla (target alone)",
+    "speculative": "Speculative (draft model)",
+    "ouroboros": "Ouroboros",
+}
+TIMING_NOTE = (
+    "Each lane's clock counts only its own compute: the lanes take turns on the one device, the "
+    "lane that is behind on its own clock always goes next, and every clock reads "
+    "time.perf_counter (device synchronised) around its own steps, as if it ran alone."
+)
+POOL_TITLE = (
+    "phrases the lookahead window guessed, and the target's own tokens over a rejected draft, reused "
+    "where they come back"
+)
 
 
 def legend_html(settings: dict) -> str:
     """The legend for an Ouroboros race with these settings (OuroborosConfig's fields, as sent): only the sources
     it can show. The pool is read only as branches (k) or inside the draft's forward (draft candidates); without
     the lookahead window (W) it holds little but the target's tokens over rejected drafts, and seldom pays."""
+
     def positive(name: str) -> bool:
         value = settings.get(name)
         return isinstance(value, (int, float)) and value > 0
@@ -31,12 +39,18 @@ def legend_html(settings: dict) -> str:
     entries = ['<span class="tok tok-draft">accepted from the draft model</span>']
     if pool:
         rare = "" if positive("window") else " (rare with window W at 0)"
-        entries.append(f'<span class="tok tok-pool" title="{html.escape(POOL_TITLE)}">accepted from a pool '
-                       f"phrase{rare}</span>")
+        entries.append(
+            f'<span class="tok tok-pool" title="{html.escape(POOL_TITLE)}">accepted from a pool '
+            f"phrase{rare}</span>"
+        )
     if lookup:
-        entries.append('<span class="tok tok-prompt">accepted by lookup (the prompt or the text so far)</span>')
-    entries += ['<span class="tok tok-target">the target\'s own token</span>',
-                '<s class="tok-rejected">drafted, rejected</s>']
+        entries.append(
+            '<span class="tok tok-prompt">accepted by lookup (the prompt or the text so far)</span>'
+        )
+    entries += [
+        '<span class="tok tok-target">the target\'s own token</span>',
+        '<s class="tok-rejected">drafted, rejected</s>',
+    ]
     return f'<div class="legend">{"".join(entries)}</div>'
 
 
@@ -47,7 +61,9 @@ def count(n: int, noun: str) -> str:
 def token_spans(tokens, colour: bool) -> str:
     if not colour:
         return html.escape("".join(t.text for t in tokens))
-    return "".join(f'<span class="tok tok-{t.source.value}">{html.escape(t.text)}</span>' for t in tokens)
+    return "".join(
+        f'<span class="tok tok-{t.source.value}">{html.escape(t.text)}</span>' for t in tokens
+    )
 
 
 def prompt_tail(prompt: str) -> str:
@@ -67,12 +83,17 @@ def lane_html(lane: Lane, colour: bool, context: str = "") -> str:
     if lane.done is None:
         body += '<span class="cursor">▌</span>'
     if context:
-        body = f'<span class="prompt-tail" title="the end of the prompt">{html.escape(context)}</span>' + body
+        body = (
+            f'<span class="prompt-tail" title="the end of the prompt">{html.escape(context)}</span>'
+            + body
+        )
     # HTML drops one newline right after <pre>: give it one, so a text that starts with a newline keeps it.
     return f'<pre class="lane-text">\n{body}</pre>'
 
 
-LIVE_MIN_TOKENS = 16  # the live speedup waits until both lanes have this many tokens: before, it is noise
+LIVE_MIN_TOKENS = (
+    16  # the live speedup waits until both lanes have this many tokens: before, it is noise
+)
 
 
 def live_speedup(lane: Lane, vanilla: Lane | None) -> str:
@@ -91,8 +112,12 @@ def live_speedup(lane: Lane, vanilla: Lane | None) -> str:
 
 def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
     forwards = lane.stats.target_forwards if lane.done else lane.steps
-    parts = [f"<b>{lane.clock_s:.2f} s</b>", count(lane.tokens, "token"), f"<b>{lane.tokens_per_second:.1f} tok/s</b>",
-             count(forwards, "target forward")]
+    parts = [
+        f"<b>{lane.clock_s:.2f} s</b>",
+        count(lane.tokens, "token"),
+        f"<b>{lane.tokens_per_second:.1f} tok/s</b>",
+        count(forwards, "target forward"),
+    ]
     if lane.method != "vanilla":
         # The figure no other job on the machine moves leads (vanilla's is 1); the clock's follows it.
         if forwards:
@@ -101,7 +126,9 @@ def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
         if lane.drafted:
             parts.append(f"{lane.accepted / lane.drafted:.0%} accepted")
     state = "done" if lane.done else "running"
-    return f'<div class="lane-stats {state}">' + " · ".join(part for part in parts if part) + "</div>"
+    return (
+        f'<div class="lane-stats {state}">' + " · ".join(part for part in parts if part) + "</div>"
+    )
 
 
 def lane_parts(lanes: dict[str, Lane], method: str, colour: bool, context: str = "") -> list[str]:
@@ -109,7 +136,10 @@ def lane_parts(lanes: dict[str, Lane], method: str, colour: bool, context: str =
     lane = lanes.get(method)
     if lane is None:
         return ["", ""]
-    return [lane_html(lane, colour and method != "vanilla", context), lane_stats(lane, lanes.get("vanilla"))]
+    return [
+        lane_html(lane, colour and method != "vanilla", context),
+        lane_stats(lane, lanes.get("vanilla")),
+    ]
 
 
 def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None = None) -> str:
@@ -131,24 +161,35 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
         verdict = verdicts.get(method)
         if verdict is None:
             at = first_difference(list(lanes[method].done.token_ids), list(reference))
-            return (f'<div class="badge differ">Outputs differ: {html.escape(LANE_TITLES[method])} departs from '
-                    f"vanilla at token {at}. This is a bug.</div>")
+            return (
+                f'<div class="badge differ">Outputs differ: {html.escape(LANE_TITLES[method])} departs from '
+                f"vanilla at token {at}. This is a bug.</div>"
+            )
         if verdict.kind not in CALM:
-            return (f'<div class="badge differ">Outputs differ: {html.escape(explain(verdict, LANE_TITLES[method]))}'
-                    ". This is a bug.</div>")
+            return (
+                f'<div class="badge differ">Outputs differ: {html.escape(explain(verdict, LANE_TITLES[method]))}'
+                ". This is a bug.</div>"
+            )
         ties.append(f"{LANE_TITLES[method]}: {explain(verdict)}.")
     own = "sample" if verdicts[differing[0]].sampled else "greedy output"
-    return (f'<div class="badge tie">Each lane is the target\'s own {own}. ' + html.escape(" ".join(ties))
-            + "</div>")
+    return (
+        f'<div class="badge tie">Each lane is the target\'s own {own}. '
+        + html.escape(" ".join(ties))
+        + "</div>"
+    )
 
 
 def sampling_line(sampling: dict | None, drawn: bool = False) -> str:
     """How a sampled race drew its tokens, with the seed to repeat it (`drawn`: the race picked the seed)."""
     if not sampling:
         return ""
-    seed = f"seed {sampling['seed']}" + (" (drawn for this race: type it in Seed to run it again)" if drawn else "")
-    return (f'<div class="sampled-with">Sampled at temperature {sampling["temperature"]:g}, top-p '
-            f"{sampling['top_p']:g}, {seed}.</div>")
+    seed = f"seed {sampling['seed']}" + (
+        " (drawn for this race: type it in Seed to run it again)" if drawn else ""
+    )
+    return (
+        f'<div class="sampled-with">Sampled at temperature {sampling["temperature"]:g}, top-p '
+        f"{sampling['top_p']:g}, {seed}.</div>"
+    )
 
 
 def expected(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[float | None, str]:
@@ -164,16 +205,24 @@ def expected(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[floa
     vanilla_step = 1000 * (vanilla.draft_seconds + vanilla.verify_seconds) / vanilla.target_forwards
     here = step / vanilla_step if vanilla_step else 0.0
     overhead = stats.seconds - stats.draft_seconds - stats.verify_seconds
-    earlier = "the warm-up" + (f" and {count(costs.races - 1, 'earlier race')}" if costs.races > 1 else "")
-    return value, (f"expected {value:.2f}x = {stats.tokens_per_forward:.2f} tokens per target forward ÷ a step "
-                   f"costing {ratio:.2f}x a vanilla step ({costs.step_ms[method]:.1f} ms against "
-                   f"{costs.step_ms['vanilla']:.1f} ms, medians over {earlier}). In this race a step cost "
-                   f"{here:.2f}x a vanilla one ({step:.1f} ms against {vanilla_step:.1f} ms), and the prompt's prefill "
-                   f"and the set-up took {overhead:.2f} s of its {stats.seconds:.2f} s")
+    earlier = "the warm-up" + (
+        f" and {count(costs.races - 1, 'earlier race')}" if costs.races > 1 else ""
+    )
+    return value, (
+        f"expected {value:.2f}x = {stats.tokens_per_forward:.2f} tokens per target forward ÷ a step "
+        f"costing {ratio:.2f}x a vanilla step ({costs.step_ms[method]:.1f} ms against "
+        f"{costs.step_ms['vanilla']:.1f} ms, medians over {earlier}). In this race a step cost "
+        f"{here:.2f}x a vanilla one ({step:.1f} ms against {vanilla_step:.1f} ms), and the prompt's prefill "
+        f"and the set-up took {overhead:.2f} s of its {stats.seconds:.2f} s"
+    )
 
 
-SOURCE_WORDS = {"draft": "by the draft model", "prompt": "by lookup", "pool": "from pool phrases",
-                "target": "the target's own"}
+SOURCE_WORDS = {
+    "draft": "by the draft model",
+    "prompt": "by lookup",
+    "pool": "from pool phrases",
+    "target": "the target's own",
+}
 
 
 def sources_line(lane: Lane) -> str:
@@ -184,20 +233,33 @@ def sources_line(lane: Lane) -> str:
     return ", ".join(f"{counts[source]} {words}" for source, words in SOURCE_WORDS.items())
 
 
-COLUMNS = ("lane", "target forwards", "tokens/forward", "speedup (clock)", "expected", "tok/s", "seconds", "tokens",
-           "accepted")
+COLUMNS = (
+    "lane",
+    "target forwards",
+    "tokens/forward",
+    "speedup (clock)",
+    "expected",
+    "tok/s",
+    "seconds",
+    "tokens",
+    "accepted",
+)
 
 
 def busy_line(busy_share: float | None) -> str:
     """A word on a race that met a busy machine (cpu.BusyWatch's starved share), else nothing."""
     if busy_share is None:
         return ""
-    return ('<p class="busy" role="note">The machine was busy during this race: its steps got '
-            f"{busy_share:.0%} of the CPU time their threads could use (another job held cores), so every lane "
-            "ran slower and the clock speedup moved with them; the target forwards did not.</p>")
+    return (
+        '<p class="busy" role="note">The machine was busy during this race: its steps got '
+        f"{busy_share:.0%} of the CPU time their threads could use (another job held cores), so every lane "
+        "ran slower and the clock speedup moved with them; the target forwards did not.</p>"
+    )
 
 
-def summary_html(lanes: dict[str, Lane], costs: StepCosts | None = None, busy_share: float | None = None) -> str:
+def summary_html(
+    lanes: dict[str, Lane], costs: StepCosts | None = None, busy_share: float | None = None
+) -> str:
     """The finished race in a table: the forward count, which no load on the machine changes, beside the clock
     speedup, which it does, and the speedup predicted from this race's acceptance at step costs measured apart
     from it (`costs`), with why the measured one differs; busy_share: the race met a busy machine."""
@@ -207,43 +269,77 @@ def summary_html(lanes: dict[str, Lane], costs: StepCosts | None = None, busy_sh
     rows, notes, fewer = [], [], []
     for method, lane in lanes.items():
         s = lane.done.stats
-        speedup = s.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
+        speedup = (
+            s.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
+        )
         predicted, why = expected(method, s, vanilla, costs) if method != "vanilla" else (None, "")
-        cells = [LANE_TITLES[method], str(s.target_forwards), f"{s.tokens_per_forward:.2f}", f"{speedup:.2f}x",
-                 f"{predicted:.2f}x" if predicted is not None else "-", f"{s.tokens_per_second:.1f}",
-                 f"{s.seconds:.2f}", str(s.new_tokens), f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-"]
-        rows.append("<tr>" + "".join(f'<td data-label="{name}">{html.escape(c)}</td>'
-                                     for name, c in zip(COLUMNS, cells)) + "</tr>")
+        cells = [
+            LANE_TITLES[method],
+            str(s.target_forwards),
+            f"{s.tokens_per_forward:.2f}",
+            f"{speedup:.2f}x",
+            f"{predicted:.2f}x" if predicted is not None else "-",
+            f"{s.tokens_per_second:.1f}",
+            f"{s.seconds:.2f}",
+            str(s.new_tokens),
+            f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-",
+        ]
+        rows.append(
+            "<tr>"
+            + "".join(
+                f'<td data-label="{name}">{html.escape(c)}</td>' for name, c in zip(COLUMNS, cells)
+            )
+            + "</tr>"
+        )
         if method != "vanilla" and s.target_forwards:
-            fewer.append(f"{html.escape(LANE_TITLES[method])} {s.target_forwards} "
-                         f"(<b>{vanilla.target_forwards / s.target_forwards:.2f}x fewer</b>)")
+            fewer.append(
+                f"{html.escape(LANE_TITLES[method])} {s.target_forwards} "
+                f"(<b>{vanilla.target_forwards / s.target_forwards:.2f}x fewer</b>)"
+            )
         if method != "vanilla":
-            notes.append(f"<li><b>{html.escape(LANE_TITLES[method])}</b>'s {count(s.new_tokens, 'token')}: "
-                         f"{html.escape(sources_line(lane))}.</li>")
+            notes.append(
+                f"<li><b>{html.escape(LANE_TITLES[method])}</b>'s {count(s.new_tokens, 'token')}: "
+                f"{html.escape(sources_line(lane))}.</li>"
+            )
         if why:
             busy = "; this race met a busy machine" if busy_share is not None else ""
-            notes.append(f"<li><b>{html.escape(LANE_TITLES[method])}</b>: measured {speedup:.2f}x; "
-                         f"{html.escape(why)}{busy}.</li>")
+            notes.append(
+                f"<li><b>{html.escape(LANE_TITLES[method])}</b>: measured {speedup:.2f}x; "
+                f"{html.escape(why)}{busy}.</li>"
+            )
     head = "".join(f"<th>{h}</th>" for h in COLUMNS)
-    forwards = (f'<p class="forwards">Target forwards: vanilla {vanilla.target_forwards}, {", ".join(fewer)}. '
-                "A count no other job on the machine can change; the clock speedup also depends on what each "
-                "forward costs here and on what else the machine is doing.</p>") if fewer else ""
+    forwards = (
+        (
+            f'<p class="forwards">Target forwards: vanilla {vanilla.target_forwards}, {", ".join(fewer)}. '
+            "A count no other job on the machine can change; the clock speedup also depends on what each "
+            "forward costs here and on what else the machine is doing.</p>"
+        )
+        if fewer
+        else ""
+    )
     note = f'<ul class="why">{"".join(notes)}</ul>' if notes else ""
-    return (f'{forwards}{busy_line(busy_share)}<div class="summary-wrap"><table class="summary"><thead><tr>{head}'
-            f'</tr></thead><tbody>{"".join(rows)}</tbody></table></div>{note}')
+    return (
+        f'{forwards}{busy_line(busy_share)}<div class="summary-wrap"><table class="summary"><thead><tr>{head}'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
+    )
 
 
 def api_result(lanes: dict[str, Lane]) -> dict:
     out = {}
     for method, lane in lanes.items():
         done = lane.done
-        out[method] = {"text": done.text if done else "".join(t.text for t in lane.committed),
-                       "token_ids": list(done.token_ids) if done else [t.id for t in lane.committed],
-                       "stop_reason": done.stop_reason if done else None,
-                       "stats": done.stats.to_dict() if done else None}
+        out[method] = {
+            "text": done.text if done else "".join(t.text for t in lane.committed),
+            "token_ids": list(done.token_ids) if done else [t.id for t in lane.committed],
+            "stop_reason": done.stop_reason if done else None,
+            "stats": done.stats.to_dict() if done else None,
+        }
     return out
 
 
 def race_log_line(lanes: dict[str, Lane]) -> str:
-    return ", ".join(f"{m} {lane.tokens} tokens {lane.done.stop_reason if lane.done else 'unfinished'} "
-                     f"{lane.clock_s:.2f} s" for m, lane in lanes.items())
+    return ", ".join(
+        f"{m} {lane.tokens} tokens {lane.done.stop_reason if lane.done else 'unfinished'} "
+        f"{lane.clock_s:.2f} s"
+        for m, lane in lanes.items()
+    )

@@ -8,7 +8,11 @@ from collections.abc import Iterator
 
 from ouroboros_core.race import Lane
 
-SPEEDS = {"1x": 1.0, "1/4": 0.25, "1/10": 0.1}  # each event at its recorded time divided by the speed
+SPEEDS = {
+    "1x": 1.0,
+    "1/4": 0.25,
+    "1/10": 0.1,
+}  # each event at its recorded time divided by the speed
 FIT_S = 10.0
 CHOICES = [f"fit to {FIT_S:g} s", *SPEEDS]  # the page's choices; the first fits any race's length
 
@@ -35,8 +39,9 @@ def timeline(lanes: dict[str, Lane]) -> list[tuple[float, str, object]]:
     return sorted(moments, key=lambda moment: moment[0])
 
 
-def replay(lanes: dict[str, Lane], speed: float, stop=None, frame_s: float = 0.06,
-           sleep=time.sleep) -> Iterator[dict[str, Lane]]:
+def replay(
+    lanes: dict[str, Lane], speed: float, stop=None, frame_s: float = 0.06, sleep=time.sleep
+) -> Iterator[dict[str, Lane]]:
     """Fresh lanes rebuilt event by event, yielded at most once per frame_s of wall time, each when the
     race's clock, slowed by `speed`, reaches its latest event. A set `stop` ends the replay at once."""
     shown = {method: Lane(method) for method in lanes}

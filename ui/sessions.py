@@ -17,7 +17,9 @@ class Stops:
     all, queued ones included; no flag is ever cleared, so a Stop just before a Run still ends its race."""
 
     def __init__(self):
-        self._flags: dict[int, tuple[threading.Event, bool]] = {}  # number: (flag, taken by its race)
+        self._flags: dict[
+            int, tuple[threading.Event, bool]
+        ] = {}  # number: (flag, taken by its race)
         self._armed = 0
         self._lock = threading.Lock()
 

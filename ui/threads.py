@@ -16,8 +16,13 @@ class DeviceThread:
 
     def __init__(self, inline: bool):
         self.ident = None  # the device thread's, once it has started
-        self.executor = None if inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="device",
-                                                               initializer=self._started)
+        self.executor = (
+            None
+            if inline
+            else ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="device", initializer=self._started
+            )
+        )
 
     def _started(self) -> None:
         self.ident = threading.get_ident()
@@ -67,6 +72,8 @@ def quiet_when_idle(blocks) -> None:
     """Gradio's queue looks for work every 1 ms and for progress updates every 10 ms, busy or not: 4.8% of a
     core on an idle server (measured, py-spy: the event loop's wake-ups). Every 100 ms and 500 ms it is ~0.5%;
     a race starts at most 0.1 s later, and the app sends no progress updates."""
-    queue = blocks._queue  # no public setting for these (gradio 6.31); tests/test_app.py measures idle CPU
+    queue = (
+        blocks._queue
+    )  # no public setting for these (gradio 6.31); tests/test_app.py measures idle CPU
     queue.sleep_when_free = max(queue.sleep_when_free, 0.1)
     queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, 0.5)

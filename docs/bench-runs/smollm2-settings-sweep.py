@@ -25,11 +25,26 @@ trials = [json.loads(line) for line in open(trials_file) if line.strip()]
 engine.generate(prompts[0]["prompt"], "ouroboros", 8)  # warm-up
 for change in trials:
     started = time.time()
-    report = run_bench(engine, prompts, ["vanilla", "ouroboros"], 96, {"ouroboros": {**base, **change}},
-                       progress=False, sampling=sampling)
+    report = run_bench(
+        engine,
+        prompts,
+        ["vanilla", "ouroboros"],
+        96,
+        {"ouroboros": {**base, **change}},
+        progress=False,
+        sampling=sampling,
+    )
     ours, plain = report["methods"]["ouroboros"], report["methods"]["vanilla"]
-    print(json.dumps({"change": change,
-                      "over_vanilla": round(ours["tokens_per_s"] / plain["tokens_per_s"], 3),
-                      "median_over_vanilla": ours.get("median_over_vanilla"),
-                      "tpf": ours["tokens_per_forward"], "mismatches": ours["mismatches"],
-                      "s": round(time.time() - started)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "change": change,
+                "over_vanilla": round(ours["tokens_per_s"] / plain["tokens_per_s"], 3),
+                "median_over_vanilla": ours.get("median_over_vanilla"),
+                "tpf": ours["tokens_per_forward"],
+                "mismatches": ours["mismatches"],
+                "s": round(time.time() - started),
+            }
+        ),
+        flush=True,
+    )

@@ -31,9 +31,18 @@ for round_index in range(2):
             started = time.perf_counter()
             tokens[attention] = engine.generate(prompt, "ouroboros", 96).token_ids
             seconds[attention].append(time.perf_counter() - started)
-        assert tokens["sdpa"] == tokens[NAME], f"request {index}: the two attentions wrote different tokens"
+        assert tokens["sdpa"] == tokens[NAME], (
+            f"request {index}: the two attentions wrote different tokens"
+        )
 ratios = [a / b for a, b in zip(seconds["sdpa"], seconds[NAME])]
-print(json.dumps({"threads": threads,
-                  "sdpa_over_tree_total": round(sum(seconds["sdpa"]) / sum(seconds[NAME]), 3),
-                  "median_per_request": round(statistics.median(ratios), 3), "runs": len(ratios),
-                  "identical": True}))
+print(
+    json.dumps(
+        {
+            "threads": threads,
+            "sdpa_over_tree_total": round(sum(seconds["sdpa"]) / sum(seconds[NAME]), 3),
+            "median_per_request": round(statistics.median(ratios), 3),
+            "runs": len(ratios),
+            "identical": True,
+        }
+    )
+)

@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def engine_class_at(rev: str, folder: Path):
     """Engine as it was at `rev`, imported as the package `ouroboros_rev` (the engine imports relatively)."""
-    archive = subprocess.run(["git", "archive", rev, "ouroboros_core"], cwd=ROOT, capture_output=True,
-                             check=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", rev, "ouroboros_core"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(folder, filter="data")
     (folder / "ouroboros_core").rename(folder / "ouroboros_rev")
@@ -40,11 +41,19 @@ def engine_class_at(rev: str, folder: Path):
     return importlib.import_module("ouroboros_rev.engine").Engine
 
 
-def alternate(engines: dict, prompts: list[str], method: str, max_new_tokens: int, rounds: int,
-              sampling: dict | None = None) -> dict:
+def alternate(
+    engines: dict,
+    prompts: list[str],
+    method: str,
+    max_new_tokens: int,
+    rounds: int,
+    sampling: dict | None = None,
+) -> dict:
     """sampling: temperature, top_p and a first seed; prompt i samples with seed + i in both revisions."""
     seconds = {name: [] for name in engines}
-    forwards = {name: 0 for name in engines}  # target forwards, first round: equal where drafting did not change
+    forwards = {
+        name: 0 for name in engines
+    }  # target forwards, first round: equal where drafting did not change
     for round_index in range(rounds):
         for index, prompt in enumerate(prompts):
             order = list(engines) if (index + round_index) % 2 == 0 else list(engines)[::-1]
@@ -56,57 +65,108 @@ def alternate(engines: dict, prompts: list[str], method: str, max_new_tokens: in
                 seconds[name].append(time.perf_counter() - started)
                 outputs[name] = result.token_ids
                 forwards[name] += result.stats.target_forwards if round_index == 0 else 0
-            assert outputs["old"] == outputs["new"], f"the two revisions write different tokens on prompt {index}"
+            assert outputs["old"] == outputs["new"], (
+                f"the two revisions write different tokens on prompt {index}"
+            )
     ratios = [old / new for old, new in zip(seconds["old"], seconds["new"])]
-    return {"old_over_new_total": round(sum(seconds["old"]) / sum(seconds["new"]), 4),
-            "old_over_new_median": round(statistics.median(ratios), 4), "runs": len(ratios), "forwards": forwards,
-            "seconds": {name: [round(s, 4) for s in values] for name, values in seconds.items()}}
+    return {
+        "old_over_new_total": round(sum(seconds["old"]) / sum(seconds["new"]), 4),
+        "old_over_new_median": round(statistics.median(ratios), 4),
+        "runs": len(ratios),
+        "forwards": forwards,
+        "seconds": {name: [round(s, 4) for s in values] for name, values in seconds.items()},
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rev", required=True, help="the git revision to compare with the working tree")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rev", required=True, help="the git revision to compare with the working tree"
+    )
     parser.add_argument("--methods", default="ouroboros,vanilla")
-    parser.add_argument("--limit", type=int, default=20, help="how many prompts (HumanEval, or held-out with --heldout)")
-    parser.add_argument("--heldout", action="store_true",
-                        help="prompts from held-out Python (the bench's --heldout set) instead of HumanEval")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        help="how many prompts (HumanEval, or held-out with --heldout)",
+    )
+    parser.add_argument(
+        "--heldout",
+        action="store_true",
+        help="prompts from held-out Python (the bench's --heldout set) instead of HumanEval",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
+    parser.add_argument(
+        "--temperature", type=float, help="sample at this temperature (default: greedy)"
+    )
     parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=1, help="prompt i samples with seed S + i in both revisions")
-    parser.add_argument("--old-draft", type=Path,
-                        help="the old side drafts with this folder's model (the draft the working tree's replaced)")
-    parser.add_argument("--target", default=None, help="a preset (default: the default pair; demo: the tiny one)")
+    parser.add_argument(
+        "--seed", type=int, default=1, help="prompt i samples with seed S + i in both revisions"
+    )
+    parser.add_argument(
+        "--old-draft",
+        type=Path,
+        help="the old side drafts with this folder's model (the draft the working tree's replaced)",
+    )
+    parser.add_argument(
+        "--target", default=None, help="a preset (default: the default pair; demo: the tiny one)"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    sampling = ({"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
-                if args.temperature else None)
+    sampling = (
+        {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
+        if args.temperature
+        else None
+    )
     base = load_engine(args.target)
     old_draft = base.draft
     if args.old_draft:
-        old_draft = load_model(args.old_draft, base.target.device, base.target.dtype, trust_remote_code=False)
+        old_draft = load_model(
+            args.old_draft, base.target.device, base.target.dtype, trust_remote_code=False
+        )
     with tempfile.TemporaryDirectory() as folder:
         old_engine = engine_class_at(args.rev, Path(folder))
-        old = old_engine(base.target, old_draft, base.tokenizer, name=base.name, chat=base.chat,
-                         defaults=base.defaults)  # the same preset settings
+        old = old_engine(
+            base.target,
+            old_draft,
+            base.tokenizer,
+            name=base.name,
+            chat=base.chat,
+            defaults=base.defaults,
+        )  # the same preset settings
         engines = {"new": base, "old": old}
-        prompts = [item["prompt"] for item in (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)]
+        prompts = [
+            item["prompt"]
+            for item in (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)
+        ]
         for engine in engines.values():
             engine.generate(prompts[0], "ouroboros", 16)  # warm-up
-        report = {"rev": args.rev, "head": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                                          capture_output=True, text=True).stdout.strip(),
-                  "prompts": len(prompts), "prompt_set": "heldout" if args.heldout else "humaneval",
-                  "max_new_tokens": args.max_new_tokens, "sampling": sampling,
-                  "old_draft": str(args.old_draft) if args.old_draft else None,
-                  "methods": {}}
+        report = {
+            "rev": args.rev,
+            "head": subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip(),
+            "prompts": len(prompts),
+            "prompt_set": "heldout" if args.heldout else "humaneval",
+            "max_new_tokens": args.max_new_tokens,
+            "sampling": sampling,
+            "old_draft": str(args.old_draft) if args.old_draft else None,
+            "methods": {},
+        }
         for method in args.methods.split(","):
-            report["methods"][method] = alternate(engines, prompts, method, args.max_new_tokens, args.rounds,
-                                                  sampling)
+            report["methods"][method] = alternate(
+                engines, prompts, method, args.max_new_tokens, args.rounds, sampling
+            )
             result = report["methods"][method]
-            print(f"{method}: old/new {result['old_over_new_total']} in total, "
-                  f"{result['old_over_new_median']} median per prompt ({result['runs']} runs); target forwards "
-                  f"old {result['forwards']['old']}, new {result['forwards']['new']}", flush=True)
+            print(
+                f"{method}: old/new {result['old_over_new_total']} in total, "
+                f"{result['old_over_new_median']} median per prompt ({result['runs']} runs); target forwards "
+                f"old {result['forwards']['old']}, new {result['forwards']['new']}",
+                flush=True,
+            )
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0

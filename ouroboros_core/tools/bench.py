@@ -21,21 +21,47 @@ from ..cli_args import add_method_args, add_model_args, engine_from_args, method
 from ..config import SAMPLING_OPTIONS as sampling_keys
 from ..config import ConfigError, OuroborosConfig, SamplingConfig, SpeculativeConfig
 from ..events import Stats
-from ..theory import draft_cost_ratio, expected_speedup, expected_tokens_per_forward, per_token_acceptance
-from .bench_report import HF_METHODS, REFERENCE, machine_description, markdown_table, provenance, save_chart
+from ..theory import (
+    draft_cost_ratio,
+    expected_speedup,
+    expected_tokens_per_forward,
+    per_token_acceptance,
+)
+from .bench_report import (
+    HF_METHODS,
+    REFERENCE,
+    machine_description,
+    markdown_table,
+    provenance,
+    save_chart,
+)
 from .chat_requests import heldout_requests
 from .corpus import heldout_prompts
 
 WARM = "ouroboros_warm"  # Ouroboros with one phrase pool kept across the prompts (--warm-pool)
 
-ENGINE_METHODS = {"vanilla": "engine vanilla", "speculative": "engine speculative", "ouroboros": "engine ouroboros",
-                  WARM: "engine ouroboros, warm pool"}
-ALL_METHODS = list(HF_METHODS) + [method for method in ENGINE_METHODS if method != WARM]  # --warm-pool adds WARM
-SWEEP_GRID = {"gamma": [1, 2, 4, 6, 8], "window": [0, 4, 8, 12], "ngram": [3, 4, 5, 6], "branches": [0, 1, 2, 4],
-              "lookup": [0, 8, 12, 16, 24], "max_trunk": [1, 4, 6, 8], "extend_above": [0.3, 0.4, 0.5, 1.0],
-              "extend_chance": [0.1, 0.13, 0.16, 0.2], "second_above": [0.05, 0.1, 0.2, 1.0],
-              "lookup_above": [0.0, 0.02, 0.05, 0.1],
-              "draft_candidates": [0, 1, 2]}
+ENGINE_METHODS = {
+    "vanilla": "engine vanilla",
+    "speculative": "engine speculative",
+    "ouroboros": "engine ouroboros",
+    WARM: "engine ouroboros, warm pool",
+}
+ALL_METHODS = list(HF_METHODS) + [
+    method for method in ENGINE_METHODS if method != WARM
+]  # --warm-pool adds WARM
+SWEEP_GRID = {
+    "gamma": [1, 2, 4, 6, 8],
+    "window": [0, 4, 8, 12],
+    "ngram": [3, 4, 5, 6],
+    "branches": [0, 1, 2, 4],
+    "lookup": [0, 8, 12, 16, 24],
+    "max_trunk": [1, 4, 6, 8],
+    "extend_above": [0.3, 0.4, 0.5, 1.0],
+    "extend_chance": [0.1, 0.13, 0.16, 0.2],
+    "second_above": [0.05, 0.1, 0.2, 1.0],
+    "lookup_above": [0.0, 0.02, 0.05, 0.1],
+    "draft_candidates": [0, 1, 2],
+}
 
 
 def humaneval_prompts(limit: int | None = None) -> list[dict]:
@@ -66,7 +92,7 @@ def jsonl_prompts(path: Path, limit: int | None = None) -> list[dict]:
         except json.JSONDecodeError as err:
             raise ConfigError(f"{path}:{number} is not valid JSON ({err.msg})") from err
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise ConfigError(f"{path}:{number} needs an object with a \"prompt\" string")
+            raise ConfigError(f'{path}:{number} needs an object with a "prompt" string')
         prompts.append({"id": str(row.get("id", number)), "prompt": row["prompt"]})
     if not prompts:
         raise ConfigError(f"{path} holds no prompts")
@@ -77,9 +103,15 @@ def jsonl_prompts(path: Path, limit: int | None = None) -> list[dict]:
 class MethodRun:
     tokens: list[int] = field(default_factory=list)  # per prompt
     seconds: list[float] = field(default_factory=list)
-    stats: list[Stats] = field(default_factory=list)  # the engine's own figures per prompt (engine methods)
-    mismatches: list[dict] = field(default_factory=list)  # outputs that differ from greedy generate: a bug
-    float_ties: list[dict] = field(default_factory=list)  # outputs that part from it at a 16-bit float tie
+    stats: list[Stats] = field(
+        default_factory=list
+    )  # the engine's own figures per prompt (engine methods)
+    mismatches: list[dict] = field(
+        default_factory=list
+    )  # outputs that differ from greedy generate: a bug
+    float_ties: list[dict] = field(
+        default_factory=list
+    )  # outputs that part from it at a 16-bit float tie
 
     def total(self, name: str):
         return sum(getattr(stats, name) for stats in self.stats)
@@ -93,7 +125,9 @@ class MethodRun:
         return self.total("drafted_tokens")
 
 
-def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens: int, sampling: dict):
+def run_hf(
+    engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens: int, sampling: dict
+):
     """transformers' own generate: greedy, or sampled with the same temperature, top-p and seed (its own sampler,
     so its sampled text differs from the engine's)."""
     import torch
@@ -102,10 +136,16 @@ def run_hf(engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens:
 
     tokenizer, target = engine.tokenizer, engine.target
     ids = torch.tensor([engine.encode(prompt)], device=target.device)
-    kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(ids),
-                  pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
+    kwargs = dict(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        attention_mask=torch.ones_like(ids),
+        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+    )
     if sampling:
-        kwargs.update(do_sample=True, temperature=sampling["temperature"], top_p=sampling["top_p"], top_k=0)
+        kwargs.update(
+            do_sample=True, temperature=sampling["temperature"], top_p=sampling["top_p"], top_k=0
+        )
         torch.manual_seed(sampling["seed"])
     if method == "hf_assisted":
         kwargs["assistant_model"] = engine.draft
@@ -126,8 +166,16 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: int, options: dict,
-              lookup_tokens: int = 10, progress=True, sampling: dict | None = None) -> dict:
+def run_bench(
+    engine,
+    prompts: list[dict],
+    methods: list[str],
+    max_new_tokens: int,
+    options: dict,
+    lookup_tokens: int = 10,
+    progress=True,
+    sampling: dict | None = None,
+) -> dict:
     """sampling: {temperature, top_p, seed} to sample (prompt i with seed + i, the same for every method), or None.
     Greedy outputs are checked against transformers' greedy generate; sampled engine outputs against the engine's
     vanilla ones (the same seed gives the same text), transformers' sampled ones are not (its own sampler)."""
@@ -137,16 +185,28 @@ def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: i
     reference_method = ("vanilla" if "vanilla" in methods else None) if sampling else REFERENCE
     # Warm-up: every method once on the first prompt, not timed (its own pool: the warm pool starts empty).
     for method in methods:
-        one(engine, method, prompts[0]["prompt"], min(16, max_new_tokens), options, lookup_tokens,
-            seeded(sampling, 0), engine.new_pool() if method == WARM else None)
+        one(
+            engine,
+            method,
+            prompts[0]["prompt"],
+            min(16, max_new_tokens),
+            options,
+            lookup_tokens,
+            seeded(sampling, 0),
+            engine.new_pool() if method == WARM else None,
+        )
     pool = engine.new_pool(**pool_options(engine, options)) if WARM in methods else None
-    bar = tqdm(total=len(prompts) * len(methods), desc="bench", disable=not progress, file=sys.stderr)
+    bar = tqdm(
+        total=len(prompts) * len(methods), desc="bench", disable=not progress, file=sys.stderr
+    )
     for index, item in enumerate(prompts):
         # Rotate the order per prompt so no method always runs first (caches, clocks, thermals).
         order = methods[index % len(methods) :] + methods[: index % len(methods)]
         outputs, these = {}, seeded(sampling, index)
         for method in order:
-            outputs[method] = one(engine, method, item["prompt"], max_new_tokens, options, lookup_tokens, these, pool)
+            outputs[method] = one(
+                engine, method, item["prompt"], max_new_tokens, options, lookup_tokens, these, pool
+            )
             bar.update(1)
         ref_tokens = outputs[reference_method][0] if reference_method in outputs else None
         for method in methods:
@@ -159,10 +219,16 @@ def run_bench(engine, prompts: list[dict], methods: list[str], max_new_tokens: i
             if ref_tokens is not None and method in ENGINE_METHODS and method != reference_method:
                 verdict = engine.verdict(item["prompt"], ref_tokens, tokens, **(these or {}))
                 if verdict.kind != "identical":
-                    found = run.float_ties if verdict.kind in ("float tie", "rounding boundary") else run.mismatches
+                    found = (
+                        run.float_ties
+                        if verdict.kind in ("float tie", "rounding boundary")
+                        else run.mismatches
+                    )
                     found.append({"prompt": item["id"], **verdict.to_dict()})
     bar.close()
-    report = summarise(runs, methods, options, max_new_tokens, len(prompts), engine, reference_method)
+    report = summarise(
+        runs, methods, options, max_new_tokens, len(prompts), engine, reference_method
+    )
     report.update(sampling=sampling, checked_against=reference_method)
     for method, row in report["methods"].items():
         if sampling and method == "hf_greedy":
@@ -185,7 +251,10 @@ def one(engine, method, prompt, max_new_tokens, options, lookup_tokens, sampling
     if method in HF_METHODS:
         tokens, seconds = run_hf(engine, method, prompt, max_new_tokens, lookup_tokens, sampling)
         return tokens, seconds, None
-    method_options = {**options.get("ouroboros" if method == WARM else method, {}), **(sampling or {})}
+    method_options = {
+        **options.get("ouroboros" if method == WARM else method, {}),
+        **(sampling or {}),
+    }
     if method == WARM:
         method, method_options["pool"] = "ouroboros", pool
     sync(engine.target.device)
@@ -201,12 +270,22 @@ def ratios(run: MethodRun, base: MethodRun | None) -> tuple[float | None, float 
     if base is None:
         return None, None
     rate = (sum(run.tokens) / sum(run.seconds)) / (sum(base.tokens) / sum(base.seconds))
-    per_prompt = [(t / s) / (bt / bs) for t, s, bt, bs in zip(run.tokens, run.seconds, base.tokens, base.seconds)]
+    per_prompt = [
+        (t / s) / (bt / bs)
+        for t, s, bt, bs in zip(run.tokens, run.seconds, base.tokens, base.seconds)
+    ]
     return round(rate, 3), round(statistics.median(per_prompt), 3)
 
 
-def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int, prompt_count: int, engine,
-              checked_against: str | None = REFERENCE):
+def summarise(
+    runs: dict,
+    methods: list[str],
+    options: dict,
+    max_new_tokens: int,
+    prompt_count: int,
+    engine,
+    checked_against: str | None = REFERENCE,
+):
     rows = {}
     checked = checked_against in runs
     for method in methods:
@@ -225,18 +304,31 @@ def summarise(runs: dict, methods: list[str], options: dict, max_new_tokens: int
         }
         if method in ENGINE_METHODS:
             over_vanilla, median_over_vanilla = ratios(run, runs.get("vanilla"))
-            row.update({
-                "over_vanilla": over_vanilla,
-                "median_over_vanilla": median_over_vanilla,
-                "tokens_per_forward": round(sum(run.tokens) / run.forwards, 3) if run.forwards else None,
-                "acceptance_rate": round(run.total("accepted_tokens") / run.drafted, 3) if run.drafted else None,
-                "draft_share": round(run.total("draft_seconds") / (run.total("draft_seconds")
-                                                                   + run.total("verify_seconds")), 3),
-                "mismatches": len(run.mismatches) if checked and method != checked_against else None,
-                "float_ties": len(run.float_ties) if checked and method != checked_against else None,
-                "mismatch_detail": run.mismatches[:10],
-                "float_tie_detail": run.float_ties[:10],
-            })
+            row.update(
+                {
+                    "over_vanilla": over_vanilla,
+                    "median_over_vanilla": median_over_vanilla,
+                    "tokens_per_forward": round(sum(run.tokens) / run.forwards, 3)
+                    if run.forwards
+                    else None,
+                    "acceptance_rate": round(run.total("accepted_tokens") / run.drafted, 3)
+                    if run.drafted
+                    else None,
+                    "draft_share": round(
+                        run.total("draft_seconds")
+                        / (run.total("draft_seconds") + run.total("verify_seconds")),
+                        3,
+                    ),
+                    "mismatches": len(run.mismatches)
+                    if checked and method != checked_against
+                    else None,
+                    "float_ties": len(run.float_ties)
+                    if checked and method != checked_against
+                    else None,
+                    "mismatch_detail": run.mismatches[:10],
+                    "float_tie_detail": run.float_ties[:10],
+                }
+            )
         if method == "speculative" and run.drafted and run.forwards:
             settings = {**engine.defaults.get("speculative", {}), **options.get("speculative", {})}
             gamma = settings.get("gamma", SpeculativeConfig().gamma)
@@ -257,30 +349,48 @@ def expected_speculative(run: MethodRun, gamma: int) -> dict:
     """The speedup the draft-model formula predicts from this run's own per-token acceptance and costs."""
     a = per_token_acceptance(run.total("accepted_tokens"), run.total("rejected_steps"))
     # c: one draft forward's cost over one target forward's (speculative drafts one token per forward).
-    c = draft_cost_ratio(run.total("draft_seconds"), run.drafted, run.total("verify_seconds"), run.forwards)
-    return {"per_token_acceptance": round(a, 3), "cost_ratio_c": round(c, 3),
-            "expected_tokens_per_forward": round(expected_tokens_per_forward(a, gamma), 3),
-            "expected_speedup": round(expected_speedup(a, gamma, c), 3)}
+    c = draft_cost_ratio(
+        run.total("draft_seconds"), run.drafted, run.total("verify_seconds"), run.forwards
+    )
+    return {
+        "per_token_acceptance": round(a, 3),
+        "cost_ratio_c": round(c, 3),
+        "expected_tokens_per_forward": round(expected_tokens_per_forward(a, gamma), 3),
+        "expected_speedup": round(expected_speedup(a, gamma, c), 3),
+    }
 
 
 def sweep(engine, prompts, max_new_tokens, progress=True, sampling: dict | None = None) -> dict:
     """Coordinate search over Ouroboros settings: vary one knob at a time around the best so far, each
     setting measured against vanilla on the same prompts in the same run. Returns every trial and the best."""
-    start = {**asdict(OuroborosConfig()), **engine.defaults.get("ouroboros", {})}  # the pair's own settings
+    start = {
+        **asdict(OuroborosConfig()),
+        **engine.defaults.get("ouroboros", {}),
+    }  # the pair's own settings
     best = {name: start[name] for name in SWEEP_GRID}
     trials: dict[tuple, dict] = {}
 
     def measure(options: dict) -> dict:
         key = tuple(sorted(options.items()))
         if key not in trials:
-            report = run_bench(engine, prompts, ["vanilla", "ouroboros"], max_new_tokens,
-                               {"ouroboros": options}, progress=False, sampling=sampling)
+            report = run_bench(
+                engine,
+                prompts,
+                ["vanilla", "ouroboros"],
+                max_new_tokens,
+                {"ouroboros": options},
+                progress=False,
+                sampling=sampling,
+            )
             rows = report["methods"]
-            trials[key] = {**options,
-                           "speedup_over_vanilla": round(rows["ouroboros"]["tokens_per_s"]
-                                                         / rows["vanilla"]["tokens_per_s"], 3),
-                           "tokens_per_forward": rows["ouroboros"]["tokens_per_forward"],
-                           "mismatches": rows["ouroboros"]["mismatches"]}
+            trials[key] = {
+                **options,
+                "speedup_over_vanilla": round(
+                    rows["ouroboros"]["tokens_per_s"] / rows["vanilla"]["tokens_per_s"], 3
+                ),
+                "tokens_per_forward": rows["ouroboros"]["tokens_per_forward"],
+                "mismatches": rows["ouroboros"]["mismatches"],
+            }
             if progress:
                 print(json.dumps(trials[key]), file=sys.stderr, flush=True)
         return trials[key]
@@ -294,26 +404,49 @@ def sweep(engine, prompts, max_new_tokens, progress=True, sampling: dict | None 
 
 
 def add_bench_parser(sub) -> None:
-    bench = sub.add_parser("bench", help="benchmark every method side by side on HumanEval or a JSONL file")
+    bench = sub.add_parser(
+        "bench", help="benchmark every method side by side on HumanEval or a JSONL file"
+    )
     bench.add_argument("--limit", type=int, help="first N prompts only")
     prompts = bench.add_mutually_exclusive_group()
-    prompts.add_argument("--prompts", type=Path, help="a JSONL file of {\"prompt\": ...} objects instead of HumanEval")
-    prompts.add_argument("--heldout", action="store_true",
-                         help="function stubs from the installed pip's source (Python the pair never saw) instead")
-    prompts.add_argument("--requests", action="store_true",
-                         help="held-out chat requests about pip's code (write, explain, list, a class, JSON, tests; "
-                              "none in the default draft's training) instead, for a chat pair")
+    prompts.add_argument(
+        "--prompts", type=Path, help='a JSONL file of {"prompt": ...} objects instead of HumanEval'
+    )
+    prompts.add_argument(
+        "--heldout",
+        action="store_true",
+        help="function stubs from the installed pip's source (Python the pair never saw) instead",
+    )
+    prompts.add_argument(
+        "--requests",
+        action="store_true",
+        help="held-out chat requests about pip's code (write, explain, list, a class, JSON, tests; "
+        "none in the default draft's training) instead, for a chat pair",
+    )
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset")
-    bench.add_argument("--lookup-tokens", type=int, default=10, help="transformers prompt_lookup_num_tokens")
+    bench.add_argument(
+        "--lookup-tokens", type=int, default=10, help="transformers prompt_lookup_num_tokens"
+    )
     bench.add_argument("--out", type=Path, help="write the report as JSON here")
     bench.add_argument("--chart", type=Path, help="write a PNG chart of the speedups here")
-    bench.add_argument("--sweep", action="store_true", help="search Ouroboros settings and report the best")
-    bench.add_argument("--temperature", type=float, help="sample at this temperature (default: greedy)")
-    bench.add_argument("--top-p", type=float, default=None, help="nucleus mass kept when sampling (default 1.0)")
-    bench.add_argument("--seed", type=int, default=0, help="prompt i samples with seed S + i in every method")
-    bench.add_argument("--warm-pool", action="store_true",
-                       help="add a row: Ouroboros with one phrase pool kept across the prompts")
+    bench.add_argument(
+        "--sweep", action="store_true", help="search Ouroboros settings and report the best"
+    )
+    bench.add_argument(
+        "--temperature", type=float, help="sample at this temperature (default: greedy)"
+    )
+    bench.add_argument(
+        "--top-p", type=float, default=None, help="nucleus mass kept when sampling (default 1.0)"
+    )
+    bench.add_argument(
+        "--seed", type=int, default=0, help="prompt i samples with seed S + i in every method"
+    )
+    bench.add_argument(
+        "--warm-pool",
+        action="store_true",
+        help="add a row: Ouroboros with one phrase pool kept across the prompts",
+    )
     bench.add_argument("--no-progress", action="store_true")
     add_model_args(bench)
     add_method_args(bench)
@@ -324,7 +457,9 @@ def cmd_bench(args) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in ALL_METHODS]
     if unknown or not methods:
-        raise ConfigError(f"--methods takes a comma-separated subset of {', '.join(ALL_METHODS)}; got {unknown}")
+        raise ConfigError(
+            f"--methods takes a comma-separated subset of {', '.join(ALL_METHODS)}; got {unknown}"
+        )
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     if args.heldout:
@@ -337,8 +472,11 @@ def cmd_bench(args) -> int:
         prompts, prompt_set = humaneval_prompts(args.limit), "HumanEval-style"
     sampling = None
     if args.temperature:
-        sampling = {"temperature": args.temperature, "top_p": 1.0 if args.top_p is None else args.top_p,
-                    "seed": args.seed}
+        sampling = {
+            "temperature": args.temperature,
+            "top_p": 1.0 if args.top_p is None else args.top_p,
+            "seed": args.seed,
+        }
         SamplingConfig(**sampling)  # a bad setting fails before any model loads
     elif args.top_p is not None:
         raise ConfigError("--top-p needs --temperature above 0 (greedy decoding keeps no nucleus)")
@@ -346,13 +484,27 @@ def cmd_bench(args) -> int:
         methods.append(WARM)
     engine = engine_from_args(args)
     if args.sweep:
-        report = sweep(engine, prompts, args.max_new_tokens, progress=not args.no_progress, sampling=sampling)
+        report = sweep(
+            engine, prompts, args.max_new_tokens, progress=not args.no_progress, sampling=sampling
+        )
         print("best:", json.dumps(report["best"]))
     else:
-        options = {method: {k: v for k, v in method_options(args, method).items() if k not in sampling_keys}
-                   for method in ("speculative", "ouroboros")}
-        report = run_bench(engine, prompts, methods, args.max_new_tokens, options, args.lookup_tokens,
-                           progress=not args.no_progress, sampling=sampling)
+        options = {
+            method: {
+                k: v for k, v in method_options(args, method).items() if k not in sampling_keys
+            }
+            for method in ("speculative", "ouroboros")
+        }
+        report = run_bench(
+            engine,
+            prompts,
+            methods,
+            args.max_new_tokens,
+            options,
+            args.lookup_tokens,
+            progress=not args.no_progress,
+            sampling=sampling,
+        )
         report["prompt_set"] = prompt_set
         print(markdown_table(report))
         if args.chart:

@@ -16,8 +16,19 @@ HF_METHODS = {
     "hf_prompt_lookup": "transformers prompt lookup",
 }
 # The CPU features that decide how fast a CPU runs the models: the vector units and the matrix tiles.
-SPEED_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-               "amx_tile", "amx_bf16", "amx_int8")
+SPEED_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
 
 
 def machine_description(engine) -> str:
@@ -28,8 +39,10 @@ def machine_description(engine) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     capability = torch.backends.cpu.get_cpu_capability()  # e.g. "AVX512", "AVX2", "DEFAULT"
-    return (f"{platform.processor() or platform.machine()} CPU ({capability}), "
-            f"{torch.get_num_threads()} threads")
+    return (
+        f"{platform.processor() or platform.machine()} CPU ({capability}), "
+        f"{torch.get_num_threads()} threads"
+    )
 
 
 def provenance(engine) -> dict:
@@ -40,28 +53,44 @@ def provenance(engine) -> dict:
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True,
-                                  text=True, timeout=10)
+            done = subprocess.run(
+                ["git", *args],
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
     cpuinfo = Path("/proc/cpuinfo")
     fields: dict[str, str] = {}
-    for line in (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []):
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())  # the first processor speaks for all
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
     commit = git("rev-parse", "HEAD")
     # `python -m ouroboros_core` leaves the package's __main__.py in argv[0]: record the command as typed.
-    argv = ["python3", "-m", "ouroboros_core", *sys.argv[1:]] if sys.argv[0].endswith("__main__.py") else sys.argv
-    return {"commit": commit, "dirty": bool(git("status", "--porcelain")) if commit else None,  # changes not in it
-            "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "cpu": fields.get("model name") or platform.processor() or platform.machine(),
-            "cpu_flags": [flag for flag in SPEED_FLAGS if flag in flags],
-            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "torch_threads": torch.get_num_threads(), "device": str(engine.target.device),
-            "dtype": str(engine.target.dtype).replace("torch.", ""), "command": shlex.join(argv)}
+    argv = (
+        ["python3", "-m", "ouroboros_core", *sys.argv[1:]]
+        if sys.argv[0].endswith("__main__.py")
+        else sys.argv
+    )
+    return {
+        "commit": commit,
+        "dirty": bool(git("status", "--porcelain")) if commit else None,  # changes not in it
+        "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpu": fields.get("model name") or platform.processor() or platform.machine(),
+        "cpu_flags": [flag for flag in SPEED_FLAGS if flag in flags],
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(engine.target.device),
+        "dtype": str(engine.target.dtype).replace("torch.", ""),
+        "command": shlex.join(argv),
+    }
 
 
 def lossless_cell(method: str, row: dict, report: dict) -> str:
@@ -75,7 +104,9 @@ def lossless_cell(method: str, row: dict, report: dict) -> str:
     if row.get("mismatches") is None:
         return "n/a"
     ties = row.get("float_ties") or 0
-    one, many = ("rounding boundary", "rounding boundaries") if sampling else ("float tie", "float ties")
+    one, many = (
+        ("rounding boundary", "rounding boundaries") if sampling else ("float tie", "float ties")
+    )
     tie_text = f"{ties} {one if ties == 1 else many}"
     if row["mismatches"]:
         return f"NO ({row['mismatches']} mismatches" + (f", {tie_text})" if ties else ")")
@@ -84,8 +115,12 @@ def lossless_cell(method: str, row: dict, report: dict) -> str:
 
 def markdown_table(report: dict) -> str:
     sampling = report.get("sampling")
-    how = (f"sampled at temperature {sampling['temperature']:g}, top-p {sampling['top_p']:g}, seeds "
-           f"{sampling['seed']}+prompt index (engine rows checked against engine vanilla)" if sampling else "greedy")
+    how = (
+        f"sampled at temperature {sampling['temperature']:g}, top-p {sampling['top_p']:g}, seeds "
+        f"{sampling['seed']}+prompt index (engine rows checked against engine vanilla)"
+        if sampling
+        else "greedy"
+    )
     lines = [
         f"{report.get('prompt_set', 'HumanEval-style')} prompts: {report['prompts']}, "
         f"max_new_tokens {report['max_new_tokens']}, {how}, "
@@ -97,14 +132,20 @@ def markdown_table(report: dict) -> str:
     ]
     fmt = lambda v, f="{:.2f}": "" if v is None else f.format(v)  # noqa: E731
     for method, row in report["methods"].items():
-        expected = f" (expected {row['expected_speedup']:.2f}x)" if "expected_speedup" in row else ""
-        over = (f"{row['over_vanilla']:.2f}x ({row['median_over_vanilla']:.2f}x)"
-                if row.get("over_vanilla") is not None else "")
+        expected = (
+            f" (expected {row['expected_speedup']:.2f}x)" if "expected_speedup" in row else ""
+        )
+        over = (
+            f"{row['over_vanilla']:.2f}x ({row['median_over_vanilla']:.2f}x)"
+            if row.get("over_vanilla") is not None
+            else ""
+        )
         lines.append(
             f"| {row['label']} | {row['tokens_per_s']:.1f} | {row['median_tokens_per_s']:.1f} | "
             f"{fmt(row['speedup'], '{:.2f}x')}{expected} | {fmt(row['median_speedup'], '{:.2f}x')} | {over} | "
             f"{fmt(row.get('tokens_per_forward'))} | {fmt(row.get('acceptance_rate'), '{:.0%}')} | "
-            f"{fmt(row.get('draft_share'), '{:.0%}')} | {lossless_cell(method, row, report)} |")
+            f"{fmt(row.get('draft_share'), '{:.0%}')} | {lossless_cell(method, row, report)} |"
+        )
     return "\n".join(lines)
 
 
@@ -115,7 +156,9 @@ def save_chart(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = report["methods"]
-    labels = [row["label"].replace("transformers ", "HF ").replace("engine ", "") for row in rows.values()]
+    labels = [
+        row["label"].replace("transformers ", "HF ").replace("engine ", "") for row in rows.values()
+    ]
     speedups = [row["speedup"] or 0 for row in rows.values()]
     colours = ["#9aa0a6" if m in HF_METHODS else "#1a73e8" for m in rows]
     fig, ax = plt.subplots(figsize=(8, 3.6), dpi=120)
@@ -124,10 +167,12 @@ def save_chart(report: dict, path: Path) -> None:
     ax.bar_label(bars, labels=[f"{s:.2f}x" for s in speedups[::-1]], padding=3)
     how = "sampled" if report.get("sampling") else "greedy"
     ax.set_xlabel(f"speedup over transformers generate ({how}; total tokens / total time)")
-    ax.set_title(f"{report['prompts']} prompts, {report['max_new_tokens']} new tokens, "
-                 f"{report.get('dtype', 'float32')}, {report['machine']}", fontsize=9)
+    ax.set_title(
+        f"{report['prompts']} prompts, {report['max_new_tokens']} new tokens, "
+        f"{report.get('dtype', 'float32')}, {report['machine']}",
+        fontsize=9,
+    )
     ax.set_xlim(0, max(speedups) * 1.2 + 0.1)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-

@@ -27,7 +27,9 @@ def first_sentence(docstring: str) -> str | None:
     """The docstring's summary as a clause a request can end with, or None when it reads badly."""
     text = " ".join(docstring.strip().split("\n\n")[0].split())
     text = re.split(r"(?<=[.!?])\s", text)[0].rstrip(".")
-    if not 12 <= len(text) <= 160 or any(mark in text for mark in (">>>", "::", "`", "|", "{", "}")):
+    if not 12 <= len(text) <= 160 or any(
+        mark in text for mark in (">>>", "::", "`", "|", "{", "}")
+    ):
         return None
     return text[0].lower() + text[1:]
 
@@ -51,11 +53,23 @@ def documented(paths: list[Path], root: Path) -> list[dict]:
                 continue
             source = textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno]))
             args = ast.unparse(node.args) if isinstance(node, ast.FunctionDef) else ""
-            found.append({"name": node.name, "module": module, "summary": summary, "source": source,
-                          "class": isinstance(node, ast.ClassDef), "args": args,
-                          "stub": textwrap.dedent("".join(lines[node.lineno - 1 : node.body[0].end_lineno]))
-                          if isinstance(node, ast.FunctionDef) and len(node.body) > 1
-                          and isinstance(node.body[0], ast.Expr) else None})
+            found.append(
+                {
+                    "name": node.name,
+                    "module": module,
+                    "summary": summary,
+                    "source": source,
+                    "class": isinstance(node, ast.ClassDef),
+                    "args": args,
+                    "stub": textwrap.dedent(
+                        "".join(lines[node.lineno - 1 : node.body[0].end_lineno])
+                    )
+                    if isinstance(node, ast.FunctionDef)
+                    and len(node.body) > 1
+                    and isinstance(node.body[0], ast.Expr)
+                    else None,
+                }
+            )
     return found
 
 
@@ -66,14 +80,22 @@ def request_for(item: dict, kind: str) -> tuple[str, bool] | None:
     if kind == "function" and not item["class"]:
         return f"Write a Python function `{name}({item['args']})` that does this: {summary}.", True
     if kind == "explain" and short_source:
-        return f"Explain what this Python code does, briefly:\n\n```python\n{source.rstrip()}\n```", True
+        return (
+            f"Explain what this Python code does, briefly:\n\n```python\n{source.rstrip()}\n```",
+            True,
+        )
     if kind == "list":
-        return f"List the main things a Python programmer should know about `{module}`, one line each.", True
+        return (
+            f"List the main things a Python programmer should know about `{module}`, one line each.",
+            True,
+        )
     if kind == "class" and item["class"]:
         return f"Write a small Python class `{name}` for this: {summary}. Keep it short.", True
     if kind == "json" and not item["class"]:
-        return (f"Describe the Python function `{name}({item['args']})` as a JSON object with the keys "
-                f"\"name\", \"arguments\" and \"purpose\". Its purpose: {summary}."), True
+        return (
+            f"Describe the Python function `{name}({item['args']})` as a JSON object with the keys "
+            f'"name", "arguments" and "purpose". Its purpose: {summary}.'
+        ), True
     if kind == "test" and not item["class"] and short_source:
         return f"Write pytest tests for this function:\n\n```python\n{source.rstrip()}\n```", True
     if kind == "complete" and item["stub"] and len(item["stub"]) <= 1200:
@@ -85,7 +107,15 @@ def build(items: list[dict], seed: int, prefix: str, limit: int | None = None) -
     """One request per item, its kind drawn so every kind appears (plain completions about one in eight);
     {"id", "kind", "prompt", "chat"}."""
     rng = random.Random(seed)
-    weights = {"function": 3, "explain": 2, "list": 1, "class": 1, "json": 1, "test": 1, "complete": 1.3}
+    weights = {
+        "function": 3,
+        "explain": 2,
+        "list": 1,
+        "class": 1,
+        "json": 1,
+        "test": 1,
+        "complete": 1.3,
+    }
     requests, seen = [], set()
     for index, item in enumerate(items):
         kinds = rng.choices(list(weights), weights=list(weights.values()), k=3)
@@ -93,8 +123,14 @@ def build(items: list[dict], seed: int, prefix: str, limit: int | None = None) -
             made = request_for(item, kind)
             if made is not None and made[0] not in seen:
                 seen.add(made[0])
-                requests.append({"id": f"{prefix}{index}:{item['module']}.{item['name']}", "kind": kind,
-                                 "prompt": made[0], "chat": made[1]})
+                requests.append(
+                    {
+                        "id": f"{prefix}{index}:{item['module']}.{item['name']}",
+                        "kind": kind,
+                        "prompt": made[0],
+                        "chat": made[1],
+                    }
+                )
                 break
     rng.shuffle(requests)
     return requests[:limit] if limit else requests
@@ -111,7 +147,9 @@ def heldout_requests(limit: int | None = None, seed: int = 1) -> list[dict]:
     so that a short bench sees every kind."""
     import pip
 
-    requests = build(documented(heldout_files(), Path(pip.__file__).parent.parent), seed, "heldout:")
+    requests = build(
+        documented(heldout_files(), Path(pip.__file__).parent.parent), seed, "heldout:"
+    )
     by_kind = {kind: [request for request in requests if request["kind"] == kind] for kind in KINDS}
     mixed = [group[i] for i in range(len(requests)) for group in by_kind.values() if i < len(group)]
     return mixed[:limit] if limit else mixed

@@ -13,8 +13,19 @@ EOS = "<|endoftext|>"
 # Folders that hold data rather than code written by people (tables, generated text, sample trees), and the
 # test suites: 62% of the stdlib's characters, assert-heavy code that looks nothing like a function with a
 # docstring, which is what users (and HumanEval stubs) ask the pair to continue.
-SKIP_PARTS = {"site-packages", "__pycache__", "encodings", "pydoc_data", "lib2to3", "idlelib", "turtledemo", "data",
-              "test", "tests", "idle_test"}
+SKIP_PARTS = {
+    "site-packages",
+    "__pycache__",
+    "encodings",
+    "pydoc_data",
+    "lib2to3",
+    "idlelib",
+    "turtledemo",
+    "data",
+    "test",
+    "tests",
+    "idle_test",
+}
 
 
 def stdlib_files() -> list[Path]:
@@ -79,14 +90,20 @@ def function_stubs(paths: list[Path], root: Path, per_file: int | None = 1) -> l
         except SyntaxError:
             continue
         lines = text.splitlines(keepends=True)
-        functions = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        functions = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
         taken = 0
         for node in sorted(functions, key=lambda f: f.lineno):
             if per_file is not None and taken == per_file:
                 break
             if ast.get_docstring(node) and len(node.body) > 1:
                 stub = textwrap.dedent("".join(lines[node.lineno - 1 : node.body[0].end_lineno]))
-                stubs.append({"id": f"{path.relative_to(root)}:{node.name}", "prompt": stub.rstrip() + "\n"})
+                stubs.append(
+                    {"id": f"{path.relative_to(root)}:{node.name}", "prompt": stub.rstrip() + "\n"}
+                )
                 taken += 1
     return stubs
 
@@ -110,10 +127,12 @@ def train_tokenizer(docs: list[str], vocab_size: int):
     # A newline is a token of its own, never merged with the next line's indentation: prompts such as
     # HumanEval stubs end with a bare "\n", and a model that only ever saw "\n" fused with spaces reads a
     # bare one as "the next line starts at column 0" and writes unindented code.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split("\n", behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split("\n", behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -122,4 +141,6 @@ def train_tokenizer(docs: list[str], vocab_size: int):
         show_progress=False,
     )
     tok.train_from_iterator(docs, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=None)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=None
+    )

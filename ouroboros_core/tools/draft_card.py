@@ -40,7 +40,9 @@ def engine_draft_ms(engine, requests: int = 4, tokens: int = 64) -> float:
 
     seconds = drafted = 0.0
     for request in heldout_requests(requests):
-        stats = engine.generate(request["prompt"], "speculative", tokens, raw=not request["chat"]).stats
+        stats = engine.generate(
+            request["prompt"], "speculative", tokens, raw=not request["chat"]
+        ).stats
         seconds, drafted = seconds + stats.draft_seconds, drafted + stats.drafted_tokens
     return round(1000 * seconds / drafted, 3)
 
@@ -105,28 +107,52 @@ def write_card(draft_folder: Path) -> str:
     curve = summary["heldout_curve"]
     config = summary["config"]
     card = CARD.format(
-        t_layers=engine.target.config.num_hidden_layers, d_layers=engine.draft.config.num_hidden_layers,
+        t_layers=engine.target.config.num_hidden_layers,
+        d_layers=engine.draft.config.num_hidden_layers,
         t_params=sum(p.numel() for p in engine.target.parameters()),
         d_params=sum(p.numel() for p in engine.draft.parameters()),
-        trained=sum(p.numel() for name, p in engine.draft.named_parameters() if "embed" not in name),
-        t_ms=t_ms, d_ms=d_ms, lean_ms=lean_ms, answers=summary["answers"],
-        temperatures=", ".join(str(t) for t in summary["temperatures"]), answer_tokens=summary["answer_tokens"],
-        steps=summary["steps"], epochs=config["epochs"], batch_tokens=config["batch_tokens"], lr=config["lr"],
-        wall_min=round(summary["wall_s"] / 60), heldout=summary["heldout_answers"],
-        start_agreement=curve[0]["agreement"], agreement=curve[-1]["agreement"], start_loss=curve[0]["loss"],
-        loss=curve[-1]["loss"], ratio=round(t_ms / d_ms, 1), lean_ratio=round(t_ms / lean_ms, 1),
+        trained=sum(
+            p.numel() for name, p in engine.draft.named_parameters() if "embed" not in name
+        ),
+        t_ms=t_ms,
+        d_ms=d_ms,
+        lean_ms=lean_ms,
+        answers=summary["answers"],
+        temperatures=", ".join(str(t) for t in summary["temperatures"]),
+        answer_tokens=summary["answer_tokens"],
+        steps=summary["steps"],
+        epochs=config["epochs"],
+        batch_tokens=config["batch_tokens"],
+        lr=config["lr"],
+        wall_min=round(summary["wall_s"] / 60),
+        heldout=summary["heldout_answers"],
+        start_agreement=curve[0]["agreement"],
+        agreement=curve[-1]["agreement"],
+        start_loss=curve[0]["loss"],
+        loss=curve[-1]["loss"],
+        ratio=round(t_ms / d_ms, 1),
+        lean_ratio=round(t_ms / lean_ms, 1),
         machine=f"{platform.machine()}, {torch.get_num_threads()} torch thread, torch {torch.__version__}",
-        curve="\n".join(f"| {row['step']} | {row['agreement']:.1%} | {row['loss']} |" for row in curve))
+        curve="\n".join(
+            f"| {row['step']} | {row['agreement']:.1%} | {row['loss']} |" for row in curve
+        ),
+    )
     (draft_folder / "README.md").write_text(card)
     return card
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--draft", type=Path, default=DRAFT, help="the draft's folder (with training.json)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--draft", type=Path, default=DRAFT, help="the draft's folder (with training.json)"
+    )
     args = parser.parse_args(argv)
     if not (args.draft / "training.json").is_file():
-        parser.error(f"{args.draft}: no training.json there (run ouroboros_core.tools.train_draft first)")
+        parser.error(
+            f"{args.draft}: no training.json there (run ouroboros_core.tools.train_draft first)"
+        )
     print(write_card(args.draft))
 
 

@@ -45,13 +45,20 @@ def measure(target: str, threads: int, past: int, repeats: int) -> dict:
     torch.set_num_threads(threads)
     engine = load_engine(target, device="cpu", dtype="float32")
     model = engine.target
-    if not pack_linears(model, min_parameters=0):  # a small target too: the table says whether it would gain
-        raise SystemExit("the target cannot be packed (not float32 on a CPU, or oneDNN's check failed)")
+    if not pack_linears(
+        model, min_parameters=0
+    ):  # a small target too: the table says whether it would gain
+        raise SystemExit(
+            "the target cannot be packed (not float32 on a CPU, or oneDNN's check failed)"
+        )
     generator = torch.Generator().manual_seed(0)
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        model(input_ids=torch.randint(0, model.config.vocab_size, (1, past), generator=generator),
-              past_key_values=cache, use_cache=True)
+        model(
+            input_ids=torch.randint(0, model.config.vocab_size, (1, past), generator=generator),
+            past_key_values=cache,
+            use_cache=True,
+        )
         times = {(kind, rows): [] for kind in ("stock", "packed") for rows in ROWS}
         for _ in range(repeats):
             for rows in ROWS:
@@ -60,16 +67,33 @@ def measure(target: str, threads: int, past: int, repeats: int) -> dict:
                 times["packed", rows].append(timed_forward(model, cache, past, rows, generator))
     ms = {key: 1000 * statistics.median(seen) for key, seen in times.items()}
     one = ms["stock", 1]
-    table = [{"rows": rows, "stock_ms": round(ms["stock", rows], 1), "packed_ms": round(ms["packed", rows], 1),
-              "stock_vs_one_row": round(ms["stock", rows] / one, 2),
-              "packed_vs_one_row": round(ms["packed", rows] / one, 2)} for rows in ROWS]
-    return {"provenance": provenance(engine), "target": target, "threads": threads, "past": past,
-            "repeats": repeats, "rows": table}
+    table = [
+        {
+            "rows": rows,
+            "stock_ms": round(ms["stock", rows], 1),
+            "packed_ms": round(ms["packed", rows], 1),
+            "stock_vs_one_row": round(ms["stock", rows] / one, 2),
+            "packed_vs_one_row": round(ms["packed", rows] / one, 2),
+        }
+        for rows in ROWS
+    ]
+    return {
+        "provenance": provenance(engine),
+        "target": target,
+        "threads": threads,
+        "past": past,
+        "repeats": repeats,
+        "rows": table,
+    }
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", default="smollm2", help="preset, folder or Hub id (a draft is not needed)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--target", default="smollm2", help="preset, folder or Hub id (a draft is not needed)"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--past", type=int, default=200, help="tokens already in the KV cache")
     parser.add_argument("--repeats", type=int, default=9)
@@ -80,8 +104,10 @@ def main(argv=None) -> None:
     report = measure(args.target, args.threads, args.past, args.repeats)
     print(f"{'rows':>4} {'stock ms':>9} {'packed ms':>9}   (x one stock row)")
     for row in report["rows"]:
-        print(f"{row['rows']:>4} {row['stock_ms']:>9} {row['packed_ms']:>9}   "
-              f"{row['stock_vs_one_row']:.2f} / {row['packed_vs_one_row']:.2f}")
+        print(
+            f"{row['rows']:>4} {row['stock_ms']:>9} {row['packed_ms']:>9}   "
+            f"{row['stock_vs_one_row']:.2f} / {row['packed_vs_one_row']:.2f}"
+        )
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
 

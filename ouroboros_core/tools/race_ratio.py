@@ -33,8 +33,12 @@ def measure(url: str, prompts: list[str], max_new_tokens: int) -> dict:
         vanilla, ouroboros = vanilla + v, ouroboros + o
         ratios.append(v / o)
         identical += final["vanilla"]["token_ids"] == final["ouroboros"]["token_ids"]
-    return {"total": round(vanilla / ouroboros, 3), "median": round(statistics.median(ratios), 3),
-            "identical": identical, "races": len(prompts)}
+    return {
+        "total": round(vanilla / ouroboros, 3),
+        "median": round(statistics.median(ratios), 3),
+        "identical": identical,
+        "races": len(prompts),
+    }
 
 
 NEIGHBOUR = "import torch\na = torch.randn(1024, 1024)\nwhile True:\n    a @ a\n"
@@ -55,22 +59,33 @@ def rounds(url: str, prompts: list[str], lengths: list[int], count: int, neighbo
                         job.wait()
                 key = f"{n} busy" if busy else str(n)
                 report.setdefault(key, []).append(figures)
-                print(f"{key} tokens, round {round_index + 1}: Ouroboros/vanilla {figures['total']}x in total, "
-                      f"{figures['median']}x median per prompt, {figures['identical']}/{figures['races']} identical",
-                      flush=True)
+                print(
+                    f"{key} tokens, round {round_index + 1}: Ouroboros/vanilla {figures['total']}x in total, "
+                    f"{figures['median']}x median per prompt, {figures['identical']}/{figures['races']} identical",
+                    flush=True,
+                )
     return report
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", help="an app already running (default: start app.py on a free loopback port)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--url", help="an app already running (default: start app.py on a free loopback port)"
+    )
     parser.add_argument("--max-new-tokens", default="32,128", help="comma-separated lengths")
     parser.add_argument("--limit", type=int, default=20, help="HumanEval prompts")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--neighbour", action="store_true", help="also race beside another torch job")
-    parser.add_argument("--chat", action="store_true",
-                        help="the held-out chat requests (bench --requests) instead of HumanEval, for a chat pair")
+    parser.add_argument(
+        "--neighbour", action="store_true", help="also race beside another torch job"
+    )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="the held-out chat requests (bench --requests) instead of HumanEval, for a chat pair",
+    )
     args = parser.parse_args(argv)
     lengths = [int(n) for n in args.max_new_tokens.split(",")]
     items = heldout_chat_requests(args.limit) if args.chat else humaneval_prompts(args.limit)

@@ -74,23 +74,39 @@ def start_app(queue_size: int, max_new_tokens: int, timeout_s: float):
     """app.py on a free loopback port; returns (process, url, log path)."""
     port = free_port()
     log = tempfile.NamedTemporaryFile("w", prefix="soak-app-", suffix=".log", delete=False)
-    env = {**os.environ, "PORT": str(port), "OUROBOROS_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1",
-           "OUROBOROS_QUEUE_SIZE": str(queue_size), "OUROBOROS_MAX_NEW_TOKENS": str(max_new_tokens),
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=log,
-                               stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "OUROBOROS_HOST": "127.0.0.1",
+        "PYTHONUNBUFFERED": "1",
+        "OUROBOROS_QUEUE_SIZE": str(queue_size),
+        "OUROBOROS_MAX_NEW_TOKENS": str(max_new_tokens),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "HF_HUB_OFFLINE": "1",
+    }
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py")],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}/"
     deadline = Deadline(timeout_s)
     while not deadline.passed():
         if process.poll() is not None:
-            raise SystemExit(f"app.py exited with {process.returncode}:\n{Path(log.name).read_text()[-3000:]}")
+            raise SystemExit(
+                f"app.py exited with {process.returncode}:\n{Path(log.name).read_text()[-3000:]}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=5):
                 return process, url, log.name
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             time.sleep(0.5)
     process.kill()
-    raise SystemExit(f"app.py did not answer within {timeout_s:.0f} s:\n{Path(log.name).read_text()[-3000:]}")
+    raise SystemExit(
+        f"app.py did not answer within {timeout_s:.0f} s:\n{Path(log.name).read_text()[-3000:]}"
+    )
 
 
 def client(url: str):
@@ -128,13 +144,20 @@ def phase_alone(url, prompts, max_new_tokens, figures, deadline) -> dict[str, li
         figures.latencies.append(time.perf_counter() - started)
         figures.requests += 1
         reference[prompt] = out["vanilla"]["token_ids"]
-        figures.check("alone: vanilla == ouroboros", out["ouroboros"]["token_ids"] == reference[prompt],
-                      f"prompt {number}")
+        figures.check(
+            "alone: vanilla == ouroboros",
+            out["ouroboros"]["token_ids"] == reference[prompt],
+            f"prompt {number}",
+        )
     return reference
 
 
-def phase_concurrent(url, prompts, reference, clients, requests, max_new_tokens, figures, deadline) -> None:
-    done: list[tuple[float, float, int, int, dict | str]] = []  # (joined, finished, client, request, output)
+def phase_concurrent(
+    url, prompts, reference, clients, requests, max_new_tokens, figures, deadline
+) -> None:
+    done: list[
+        tuple[float, float, int, int, dict | str]
+    ] = []  # (joined, finished, client, request, output)
     lock = threading.Lock()
     ready = threading.Barrier(clients)
 
@@ -159,8 +182,11 @@ def phase_concurrent(url, prompts, reference, clients, requests, max_new_tokens,
     for thread in threads:
         thread.join(max(1.0, deadline.left()))
     figures.requests += len(done)
-    figures.check("concurrent: all requests answered", len(done) == clients * requests,
-                  f"{len(done)} of {clients * requests}")
+    figures.check(
+        "concurrent: all requests answered",
+        len(done) == clients * requests,
+        f"{len(done)} of {clients * requests}",
+    )
     errors = [out for *_, out, _ in done if isinstance(out, str)]
     figures.check("concurrent: no errors", not errors, "; ".join(errors[:3]))
     mismatches = 0
@@ -174,10 +200,14 @@ def phase_concurrent(url, prompts, reference, clients, requests, max_new_tokens,
     figures.check("concurrent: outputs identical to alone", mismatches == 0, f"{mismatches} differ")
     # FIFO with one device: of two requests that joined ORDER_MARGIN_S apart, the earlier finishes first.
     ordered = sorted(done, key=lambda row: row[0])
-    late = sum(1 for a, b in zip(ordered, ordered[1:]) if b[0] - a[0] > ORDER_MARGIN_S and b[1] < a[1])
+    late = sum(
+        1 for a, b in zip(ordered, ordered[1:]) if b[0] - a[0] > ORDER_MARGIN_S and b[1] < a[1]
+    )
     judged = sum(1 for a, b in zip(ordered, ordered[1:]) if b[0] - a[0] > ORDER_MARGIN_S)
     figures.notes["order_pairs_judged"] = judged
-    figures.check("concurrent: served in queue order", late == 0, f"{late} of {judged} pairs out of order")
+    figures.check(
+        "concurrent: served in queue order", late == 0, f"{late} of {judged} pairs out of order"
+    )
 
 
 def phase_soak(url, pid, prompt, count, max_new_tokens, figures, deadline) -> None:
@@ -202,9 +232,15 @@ def phase_soak(url, pid, prompt, count, max_new_tokens, figures, deadline) -> No
     figures.check("soak: all requests answered", served == count, f"{served} of {count}")
     if first is not None and last is not None:
         growth = (last - first) / first
-        figures.notes.update(rss_after_first_mb=round(first, 1), rss_after_last_mb=round(last, 1),
-                             rss_growth_pct=round(100 * growth, 2), soak_requests=served)
-        figures.check("soak: memory within 5% of after the first request", growth <= 0.05, f"{growth:+.1%}")
+        figures.notes.update(
+            rss_after_first_mb=round(first, 1),
+            rss_after_last_mb=round(last, 1),
+            rss_growth_pct=round(100 * growth, 2),
+            soak_requests=served,
+        )
+        figures.check(
+            "soak: memory within 5% of after the first request", growth <= 0.05, f"{growth:+.1%}"
+        )
 
 
 def phase_busy(url, queue_size, prompt, max_new_tokens, figures, deadline) -> None:
@@ -234,10 +270,17 @@ def phase_busy(url, queue_size, prompt, max_new_tokens, figures, deadline) -> No
     busy = [r for r in results if BUSY_WORDS in r.lower()]
     other = [r for r in results if r != "served" and r not in busy]
     figures.requests += results.count("served")
-    figures.notes.update(busy_sent=count, busy_served=results.count("served"), busy_turned_away=len(busy),
-                         busy_message=busy[0] if busy else None)
-    figures.check("busy: a full queue turns requests away with a busy message", len(busy) >= 2,
-                  f"{len(busy)} of {count} turned away")
+    figures.notes.update(
+        busy_sent=count,
+        busy_served=results.count("served"),
+        busy_turned_away=len(busy),
+        busy_message=busy[0] if busy else None,
+    )
+    figures.check(
+        "busy: a full queue turns requests away with a busy message",
+        len(busy) >= 2,
+        f"{len(busy)} of {count} turned away",
+    )
     figures.check("busy: no other errors", not other, "; ".join(other[:3]))
 
 
@@ -249,33 +292,54 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def report(figures: Figures, seconds: float) -> dict:
-    return {"requests_served": figures.requests, "failures": len(figures.failures),
-            "p50_latency_s": round(statistics.median(figures.latencies), 3) if figures.latencies else None,
-            "p95_latency_s": round(percentile(figures.latencies, 0.95), 3) if figures.latencies else None,
-            "wall_s": round(seconds, 1), **figures.notes, "checks": figures.checks,
-            "failure_details": figures.failures}
+    return {
+        "requests_served": figures.requests,
+        "failures": len(figures.failures),
+        "p50_latency_s": round(statistics.median(figures.latencies), 3)
+        if figures.latencies
+        else None,
+        "p95_latency_s": round(percentile(figures.latencies, 0.95), 3)
+        if figures.latencies
+        else None,
+        "wall_s": round(seconds, 1),
+        **figures.notes,
+        "checks": figures.checks,
+        "failure_details": figures.failures,
+    }
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", help="an app already running on loopback (default: start app.py)")
-    parser.add_argument("--pid", type=int, help="the running app's process id, for its memory (with --url)")
+    parser.add_argument(
+        "--pid", type=int, help="the running app's process id, for its memory (with --url)"
+    )
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=5, help="requests per client in the concurrent phase")
+    parser.add_argument(
+        "--requests", type=int, default=5, help="requests per client in the concurrent phase"
+    )
     parser.add_argument("--soak", type=int, default=100, help="requests in a row in the soak phase")
     parser.add_argument("--prompts", type=int, default=8, help="HumanEval prompts used")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--queue-size", type=int, default=16, help="the app's OUROBOROS_QUEUE_SIZE")
-    parser.add_argument("--max-seconds", type=float, default=1800, help="stop every phase after this")
+    parser.add_argument(
+        "--max-seconds", type=float, default=1800, help="stop every phase after this"
+    )
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     args = parser.parse_args(argv)
     for name in ("clients", "requests", "soak", "prompts", "max_new_tokens", "queue_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.clients > args.queue_size:
-        parser.error("--clients must not exceed --queue-size (the concurrent phase must fit in the queue)")
+        parser.error(
+            "--clients must not exceed --queue-size (the concurrent phase must fit in the queue)"
+        )
     if args.url and (urlparse(args.url).hostname or "") not in LOOPBACK:
-        parser.error(f"--url must be a loopback address ({', '.join(sorted(LOOPBACK))}); got {args.url}")
+        parser.error(
+            f"--url must be a loopback address ({', '.join(sorted(LOOPBACK))}); got {args.url}"
+        )
     return args
 
 
@@ -291,10 +355,27 @@ def run_phases(args, url: str, pid: int | None, figures: Figures, deadline: Dead
         return result
 
     prompts = prompts_for(args.prompts)
-    reference = phase("alone", lambda: phase_alone(url, prompts, args.max_new_tokens, figures, deadline)) or {}
-    phase("concurrent", lambda: phase_concurrent(url, prompts, reference, args.clients, args.requests,
-                                                 args.max_new_tokens, figures, deadline))
-    phase("soak", lambda: phase_soak(url, pid, prompts[0], args.soak, args.max_new_tokens, figures, deadline))
+    reference = (
+        phase("alone", lambda: phase_alone(url, prompts, args.max_new_tokens, figures, deadline))
+        or {}
+    )
+    phase(
+        "concurrent",
+        lambda: phase_concurrent(
+            url,
+            prompts,
+            reference,
+            args.clients,
+            args.requests,
+            args.max_new_tokens,
+            figures,
+            deadline,
+        ),
+    )
+    phase(
+        "soak",
+        lambda: phase_soak(url, pid, prompts[0], args.soak, args.max_new_tokens, figures, deadline),
+    )
     phase("busy", lambda: phase_busy(url, args.queue_size, prompts[0], 64, figures, deadline))
 
 
@@ -317,7 +398,9 @@ def main(argv=None) -> int:
     url, pid = args.url, args.pid
     if url is None:
         print("starting app.py on loopback...", flush=True)
-        process, url, app_log = start_app(args.queue_size, max(args.max_new_tokens, 64), min(600, deadline.left()))
+        process, url, app_log = start_app(
+            args.queue_size, max(args.max_new_tokens, 64), min(600, deadline.left())
+        )
         pid = process.pid
     figures = Figures()
     try:
@@ -331,8 +414,10 @@ def main(argv=None) -> int:
                 process.kill()
             Path(app_log).unlink(missing_ok=True)
     out = report(figures, time.perf_counter() - started)
-    out["settings"] = {name: getattr(args, name) for name in
-                       ("clients", "requests", "soak", "prompts", "max_new_tokens", "queue_size")}
+    out["settings"] = {
+        name: getattr(args, name)
+        for name in ("clients", "requests", "soak", "prompts", "max_new_tokens", "queue_size")
+    }
     print_report(out, figures)
     if args.out:
         args.out.write_text(json.dumps(out, indent=1))

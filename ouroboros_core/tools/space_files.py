@@ -26,7 +26,11 @@ BINARY_SNIFF_BYTES = 8000  # git calls a file binary when a NUL byte lies in its
 SPACE_COLOURS = ("red", "yellow", "green", "blue", "indigo", "purple", "pink", "gray")
 MAX_SHORT_DESCRIPTION = 60
 # PyPI's Linux torch is the CUDA build, with NVIDIA's libraries as packages: gigabytes a CPU Space never uses.
-CPU_HARDWARE = (None, "cpu-basic", "cpu-upgrade")  # None: the deploy leaves it, and a new Space gets cpu-basic
+CPU_HARDWARE = (
+    None,
+    "cpu-basic",
+    "cpu-upgrade",
+)  # None: the deploy leaves it, and a new Space gets cpu-basic
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 ZERO_GPU = "zero-a10g"
 ZERO_GPU_PYTHON = "3.10.13"  # the one Python ZeroGPU's documentation names (huggingface.co/docs/hub/spaces-zerogpu)
@@ -35,11 +39,48 @@ ZERO_GPU_PYTHON = "3.10.13"  # the one Python ZeroGPU's documentation names (hug
 # binary files of any size outside LFS/Xet. This repository's own .gitattributes holds the same patterns (a test
 # keeps them equal); the deploy writes them, so a Space gets them even from a checkout that changed its own.
 LFS = "filter=lfs diff=lfs merge=lfs -text"
-LFS_PATTERNS = ("*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gz", "*.h5", "*.joblib", "*.lfs.*",
-                "*.mlmodel", "*.model", "*.msgpack", "*.npy", "*.npz", "*.onnx", "*.ot", "*.parquet", "*.pb",
-                "*.pickle", "*.pkl", "*.pt", "*.pth", "*.rar", "*.safetensors", "saved_model/**/*", "*.tar.*",
-                "*.tar", "*.tflite", "*.tgz", "*.wasm", "*.xz", "*.zip", "*.zst", "*tfevents*",
-                "*.png", "*.jpg", "*.jpeg", "*.gif", "*.webp")
+LFS_PATTERNS = (
+    "*.7z",
+    "*.arrow",
+    "*.bin",
+    "*.bz2",
+    "*.ckpt",
+    "*.ftz",
+    "*.gz",
+    "*.h5",
+    "*.joblib",
+    "*.lfs.*",
+    "*.mlmodel",
+    "*.model",
+    "*.msgpack",
+    "*.npy",
+    "*.npz",
+    "*.onnx",
+    "*.ot",
+    "*.parquet",
+    "*.pb",
+    "*.pickle",
+    "*.pkl",
+    "*.pt",
+    "*.pth",
+    "*.rar",
+    "*.safetensors",
+    "saved_model/**/*",
+    "*.tar.*",
+    "*.tar",
+    "*.tflite",
+    "*.tgz",
+    "*.wasm",
+    "*.xz",
+    "*.zip",
+    "*.zst",
+    "*tfevents*",
+    "*.png",
+    "*.jpg",
+    "*.jpeg",
+    "*.gif",
+    "*.webp",
+)
 SPACE_GITATTRIBUTES = "".join(f"{pattern} {LFS}\n" for pattern in LFS_PATTERNS)
 
 
@@ -50,8 +91,11 @@ class FrontMatterError(ValueError):
 @dataclass(frozen=True)
 class SpaceFile:
     """One file of the Space."""
-    path: str             # where it lands in the Space, a POSIX path such as "assets/models/draft/model.safetensors"
-    source: Path | bytes  # the checkout's file, or the content itself (the generated .gitattributes)
+
+    path: str  # where it lands in the Space, a POSIX path such as "assets/models/draft/model.safetensors"
+    source: (
+        Path | bytes
+    )  # the checkout's file, or the content itself (the generated .gitattributes)
 
     @property
     def size(self) -> int:
@@ -66,30 +110,47 @@ class SpaceFile:
 
 # --- the upload set -------------------------------------------------------------------------------------------
 
+
 def in_space(name: str) -> bool:
     """Whether a repository path belongs on the Space (the .gitattributes is generated, never taken from here)."""
-    if "__pycache__" in PurePosixPath(name).parts or name.endswith(".pyc") or name.startswith(LEFT_OUT):
+    if (
+        "__pycache__" in PurePosixPath(name).parts
+        or name.endswith(".pyc")
+        or name.startswith(LEFT_OUT)
+    ):
         return False
-    return any(name == part or (part.endswith("/") and name.startswith(part)) for part in SPACE_PARTS)
+    return any(
+        name == part or (part.endswith("/") and name.startswith(part)) for part in SPACE_PARTS
+    )
 
 
-def upload_set(root: Path = ROOT, hardware: str | None = None, project_url: str | None = None) -> list[SpaceFile]:
+def upload_set(
+    root: Path = ROOT, hardware: str | None = None, project_url: str | None = None
+) -> list[SpaceFile]:
     """Every file the Space gets, sorted by path: from `git ls-files` in a checkout (so untracked files never go
     up), else from a walk of the folder; filtered by SPACE_PARTS; plus the generated .gitattributes. README.md
     and requirements.txt are fitted to the Space (space_readme, space_requirements) for `hardware`."""
     names = git_files(root) if (root / ".git").exists() else walked_files(root)
-    files = [SpaceFile(name, root / name) for name in names if in_space(name) and (root / name).is_file()]
+    files = [
+        SpaceFile(name, root / name) for name in names if in_space(name) and (root / name).is_file()
+    ]
     files.append(SpaceFile(".gitattributes", SPACE_GITATTRIBUTES.encode()))
     paths = {f.path for f in files}
-    fitted = {"README.md": lambda text: space_readme(text, paths, hardware, project_url),
-              "requirements.txt": lambda text: space_requirements(text, hardware)}
-    files = [SpaceFile(f.path, fitted[f.path](f.read().decode()).encode()) if f.path in fitted else f
-             for f in files]
+    fitted = {
+        "README.md": lambda text: space_readme(text, paths, hardware, project_url),
+        "requirements.txt": lambda text: space_requirements(text, hardware),
+    }
+    files = [
+        SpaceFile(f.path, fitted[f.path](f.read().decode()).encode()) if f.path in fitted else f
+        for f in files
+    ]
     return sorted(files, key=lambda f: f.path)
 
 
 def git_files(root: Path, *options: str) -> list[str]:
-    listed = subprocess.run(["git", "ls-files", "-z", *options], cwd=root, capture_output=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", *options], cwd=root, capture_output=True, check=True
+    ).stdout
     return [name for name in listed.decode().split("\0") if name]
 
 
@@ -114,7 +175,9 @@ def untracked_in_space(root: Path = ROOT) -> list[str]:
 # An inline link or image, [text](target "title") or ![alt](target): the README uses no other kind.
 MARKDOWN_LINK = re.compile(r'(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*([^)\s]+)(\s+"[^"]*")?\s*\)')
 # Other ways to point at a file, which space_readme does not rewrite; readme_link_problems names them.
-OTHER_LINKS = re.compile(r'(?:\b(?:src|href)\s*=\s*"([^"]+)"|^\s*\[[^\]]+\]:\s*(\S+))', re.MULTILINE)
+OTHER_LINKS = re.compile(
+    r'(?:\b(?:src|href)\s*=\s*"([^"]+)"|^\s*\[[^\]]+\]:\s*(\S+))', re.MULTILINE
+)
 
 
 def local_target(target: str) -> str | None:
@@ -134,14 +197,21 @@ def in_paths(path: str, paths: set[str]) -> bool:
 def space_links(text: str, paths: set[str], project_url: str | None) -> str:
     """Links and images to files the Space lacks: absolute, under project_url; without one, a link keeps only
     its text and an image goes."""
+
     def fitted(match: re.Match) -> str:
-        image, label, target, title = match.group(1), match.group(2), match.group(3), match.group(4) or ""
+        image, label, target, title = (
+            match.group(1),
+            match.group(2),
+            match.group(3),
+            match.group(4) or "",
+        )
         path = local_target(target)
         if path is None or in_paths(path, paths):
             return match.group(0)
         if project_url:
             return f"{image}[{label}]({project_url.rstrip('/')}/{target}{title})"
         return "" if image else label
+
     return MARKDOWN_LINK.sub(fitted, text)
 
 
@@ -160,7 +230,9 @@ def with_python_version(text: str, version: str) -> str:
     return "\n".join(lines)
 
 
-def space_readme(text: str, paths: set[str], hardware: str | None, project_url: str | None = None) -> str:
+def space_readme(
+    text: str, paths: set[str], hardware: str | None, project_url: str | None = None
+) -> str:
     """The project's README as the Space's: no link to a file left out, and ZeroGPU's Python on ZeroGPU."""
     text = space_links(text, paths, project_url)
     return with_python_version(text, ZERO_GPU_PYTHON) if hardware == ZERO_GPU else text
@@ -175,8 +247,11 @@ def space_requirements(text: str, hardware: str | None) -> str:
     for line in text.splitlines():
         match = re.fullmatch(r"\s*torch\s*==\s*([^\s;#+]+)\s*", line)
         if match:
-            lines += ["# A CPU Space: torch's CPU build (PyPI's is the CUDA build, gigabytes a CPU never uses)",
-                      f"--extra-index-url {CPU_TORCH_INDEX}", f"torch=={match.group(1)}+cpu"]
+            lines += [
+                "# A CPU Space: torch's CPU build (PyPI's is the CUDA build, gigabytes a CPU never uses)",
+                f"--extra-index-url {CPU_TORCH_INDEX}",
+                f"torch=={match.group(1)}+cpu",
+            ]
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"
@@ -188,11 +263,15 @@ def readme_link_problems(files: list[SpaceFile]) -> list[str]:
     paths = {f.path for f in files}
     targets = [m.group(3) for m in MARKDOWN_LINK.finditer(readme)]
     targets += [m.group(1) or m.group(2) for m in OTHER_LINKS.finditer(readme)]
-    return [f"README.md links to {target}, which the Space lacks" for target in targets
-            if (path := local_target(target)) is not None and not in_paths(path, paths)]
+    return [
+        f"README.md links to {target}, which the Space lacks"
+        for target in targets
+        if (path := local_target(target)) is not None and not in_paths(path, paths)
+    ]
 
 
 # --- what the Hub would refuse --------------------------------------------------------------------------------
+
 
 def lfs_rules(gitattributes: str) -> list[tuple[str, bool]]:
     """(pattern, stored in LFS?) for each line that sets or unsets `filter`, in order: a later match wins."""
@@ -236,11 +315,15 @@ def storage_problems(files: list[SpaceFile]) -> list[str]:
         if stored_in_lfs(file.path, rules):
             continue
         if file.size > MAX_PLAIN_BYTES:
-            problems.append(f"{file.path} is {file.size:,} bytes, over the Hub's 10 MB for a plain file, and no LFS "
-                            "pattern in .gitattributes covers it")
+            problems.append(
+                f"{file.path} is {file.size:,} bytes, over the Hub's 10 MB for a plain file, and no LFS "
+                "pattern in .gitattributes covers it"
+            )
         elif b"\0" in file.read(BINARY_SNIFF_BYTES):
-            problems.append(f"{file.path} is binary (the Hub refuses binary files outside LFS/Xet) and no LFS "
-                            "pattern in .gitattributes covers it")
+            problems.append(
+                f"{file.path} is binary (the Hub refuses binary files outside LFS/Xet) and no LFS "
+                "pattern in .gitattributes covers it"
+            )
     return problems
 
 
@@ -258,14 +341,20 @@ def front_matter(files: list[SpaceFile]) -> dict:
     """README.md's front matter as huggingface_hub's own card parser reads it."""
     readme = next((f for f in files if f.path == "README.md"), None)
     if readme is None:
-        raise FrontMatterError("README.md is not in the upload set: a Space reads its settings from its front matter")
+        raise FrontMatterError(
+            "README.md is not in the upload set: a Space reads its settings from its front matter"
+        )
     text = readme.read().decode("utf-8-sig")
     if not text.startswith("---"):
-        raise FrontMatterError("README.md has no front matter (a --- block at its top) to tell the Space how to run")
+        raise FrontMatterError(
+            "README.md has no front matter (a --- block at its top) to tell the Space how to run"
+        )
     try:
         return SpaceCard(text).data.to_dict()
     except (ValueError, yaml.YAMLError) as err:
-        raise FrontMatterError(f"README.md's front matter does not parse: {' '.join(str(err).split())}") from None
+        raise FrontMatterError(
+            f"README.md's front matter does not parse: {' '.join(str(err).split())}"
+        ) from None
 
 
 def front_matter_problems(files: list[SpaceFile]) -> list[str]:
@@ -283,20 +372,28 @@ def front_matter_problems(files: list[SpaceFile]) -> list[str]:
     if data.get("sdk") != "gradio":
         problems.append(f"front matter: sdk is {data.get('sdk')!r}; the app needs 'gradio'")
     if gradio is None or str(data.get("sdk_version")) != gradio:
-        problems.append(f"front matter: sdk_version {data.get('sdk_version')!r} is not the gradio version "
-                        f"requirements.txt pins ({gradio})")
+        problems.append(
+            f"front matter: sdk_version {data.get('sdk_version')!r} is not the gradio version "
+            f"requirements.txt pins ({gradio})"
+        )
     if data.get("app_file") not in paths:
         problems.append(f"front matter: app_file {data.get('app_file')!r} is not in the upload set")
     python = data.get("python_version")
     if not isinstance(python, str) or not re.fullmatch(r"3\.\d+(\.\d+)?", python):
-        problems.append(f"front matter: python_version must be a quoted version such as \"3.11\", got {python!r}")
+        problems.append(
+            f'front matter: python_version must be a quoted version such as "3.11", got {python!r}'
+        )
     else:
         problems += python_pin_problems(requirement_pins(requirements), python)
     for key in ("colorFrom", "colorTo"):
         if key in data and data[key] not in SPACE_COLOURS:
-            problems.append(f"front matter: {key} {data[key]!r} is not one of {', '.join(SPACE_COLOURS)}")
+            problems.append(
+                f"front matter: {key} {data[key]!r} is not one of {', '.join(SPACE_COLOURS)}"
+            )
     if len(data.get("short_description") or "") > MAX_SHORT_DESCRIPTION:
-        problems.append(f"front matter: short_description is over {MAX_SHORT_DESCRIPTION} characters")
+        problems.append(
+            f"front matter: short_description is over {MAX_SHORT_DESCRIPTION} characters"
+        )
     return problems
 
 
@@ -317,8 +414,10 @@ def python_pin_problems(pins: dict[str, str], python: str) -> list[str]:
         except (metadata.PackageNotFoundError, InvalidVersion, InvalidSpecifier):
             continue
         if same and not needs.contains(python):
-            problems.append(f"requirements.txt pins {name}=={pin}, which needs Python {needs}, but the Space runs "
-                            f"Python {python}")
+            problems.append(
+                f"requirements.txt pins {name}=={pin}, which needs Python {needs}, but the Space runs "
+                f"Python {python}"
+            )
     return problems
 
 
@@ -326,4 +425,9 @@ def upload_set_problems(files: list[SpaceFile]) -> list[str]:
     """Everything the checks that need no running app find: missing files, storage, front matter, README links."""
     paths = {f.path for f in files}
     missing = [f"{name} is not in the upload set" for name in REQUIRED if name not in paths]
-    return missing + storage_problems(files) + front_matter_problems(files) + readme_link_problems(files)
+    return (
+        missing
+        + storage_problems(files)
+        + front_matter_problems(files)
+        + readme_link_problems(files)
+    )

@@ -22,7 +22,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .space_files import ROOT, SpaceFile, front_matter, untracked_in_space, upload_set, upload_set_problems
+from .space_files import (
+    ROOT,
+    SpaceFile,
+    front_matter,
+    untracked_in_space,
+    upload_set,
+    upload_set_problems,
+)
 
 SPACE_ID = "rehearsal/ouroboros-race"
 # What a Gradio Space's build installs after requirements.txt (its build log shows
@@ -31,7 +38,9 @@ SPACE_ID = "rehearsal/ouroboros-race"
 SPACE_BUILD = ("gradio[oauth]=={sdk_version}", "uvicorn>=0.14.0", "spaces")
 PROMPT = "def fib(n):\n"
 RACE_TOKENS = 24
-START_TIMEOUT_S = 600  # imports, then (before or after the page, as the app chooses) loading and warming the pair
+START_TIMEOUT_S = (
+    600  # imports, then (before or after the page, as the app chooses) loading and warming the pair
+)
 RACE_TIMEOUT_S = 600
 LOG_TAIL_CHARS = 6000
 LOG_DIR = ROOT / "tests" / "artifacts" / "space-rehearsal"  # git ignores tests/artifacts/
@@ -55,10 +64,11 @@ class RehearsalFailed(Exception):
 @dataclass(frozen=True)
 class Start:
     """What one start of the app measured, in seconds from launching `python app.py`."""
-    page_s: float     # the first HTTP 200 on /
-    answer_s: float   # the first race's full answer (it waits for the pair if the page came first)
-    result: dict      # that answer: {"vanilla": {...}, "ouroboros": {..., "verdict": {...}}}
-    log: str          # the app's stdout and stderr
+
+    page_s: float  # the first HTTP 200 on /
+    answer_s: float  # the first race's full answer (it waits for the pair if the page came first)
+    result: dict  # that answer: {"vanilla": {...}, "ouroboros": {..., "verdict": {...}}}
+    log: str  # the app's stdout and stderr
 
 
 def lay_out(files: list[SpaceFile], folder: Path) -> None:
@@ -91,11 +101,19 @@ def requirements_here(folder: Path) -> Path:
     unreachable = [url for url in indexes if not reachable(url)]
     if not unreachable:
         return folder / "requirements.txt"
-    print(f"Not reachable from here: {', '.join(unreachable)}; installing the same pins from pip's other sources "
-          "(the Space reaches it)", flush=True)
+    print(
+        f"Not reachable from here: {', '.join(unreachable)}; installing the same pins from pip's other sources "
+        "(the Space reaches it)",
+        flush=True,
+    )
     copy = folder.parent / "requirements-here.txt"
-    copy.write_text("".join(f"{line}\n" for line in lines
-                            if not (line.startswith("--extra-index-url ") and line.split()[1] in unreachable)))
+    copy.write_text(
+        "".join(
+            f"{line}\n"
+            for line in lines
+            if not (line.startswith("--extra-index-url ") and line.split()[1] in unreachable)
+        )
+    )
     return copy
 
 
@@ -106,26 +124,46 @@ def prepare_venv(venv: Path, folder: Path, build: list[str], log: Path) -> tuple
     start = time.perf_counter()
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+    }
     requirements = requirements_here(folder)
     with log.open("w") as out:
         for packages in (["-r", str(requirements)], build):
-            done = subprocess.run([str(python), "-m", "pip", "install", *packages], cwd=folder, env=env, stdout=out,
-                                  stderr=subprocess.STDOUT)
+            done = subprocess.run(
+                [str(python), "-m", "pip", "install", *packages],
+                cwd=folder,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
             if done.returncode != 0:
-                raise RehearsalFailed(f"pip install {' '.join(packages)} failed (exit {done.returncode})", log)
+                raise RehearsalFailed(
+                    f"pip install {' '.join(packages)} failed (exit {done.returncode})", log
+                )
     return python, time.perf_counter() - start
 
 
-def app_environment(python: Path, port: int, home: Path, hub_cache: Path | None = None) -> dict[str, str]:
+def app_environment(
+    python: Path, port: int, home: Path, hub_cache: Path | None = None
+) -> dict[str, str]:
     """A Space's environment for app.py: its variables, a bare HOME, and a PATH without this checkout; hub_cache:
     the Hub's files laid out where a Space would download them (hub_stand_in)."""
-    path = [str(python.parent)] + [p for p in os.environ.get("PATH", "").split(os.pathsep)
-                                   if p and outside_checkout(p)]
-    return {"PATH": os.pathsep.join(path), "HOME": str(home), "SPACE_ID": SPACE_ID, "SYSTEM": "spaces",
-            "GRADIO_SERVER_NAME": "0.0.0.0", "GRADIO_SERVER_PORT": str(port), "PYTHONUNBUFFERED": "1",
-            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False",
-            **({"HF_HUB_CACHE": str(hub_cache)} if hub_cache else {})}
+    path = [str(python.parent)] + [
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and outside_checkout(p)
+    ]
+    return {
+        "PATH": os.pathsep.join(path),
+        "HOME": str(home),
+        "SPACE_ID": SPACE_ID,
+        "SYSTEM": "spaces",
+        "GRADIO_SERVER_NAME": "0.0.0.0",
+        "GRADIO_SERVER_PORT": str(port),
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        **({"HF_HUB_CACHE": str(hub_cache)} if hub_cache else {}),
+    }
 
 
 def hub_stand_in(work: Path) -> Path | None:
@@ -150,7 +188,10 @@ def hub_stand_in(work: Path) -> Path | None:
     for file in folder.iterdir():
         if file.name != CONVERTED:
             (snapshot / file.name).symlink_to(file)
-    print(f"No Hub from here: {preset.target} stands in as a Hub cache laid out from {source.describe()}", flush=True)
+    print(
+        f"No Hub from here: {preset.target} stands in as a Hub cache laid out from {source.describe()}",
+        flush=True,
+    )
     return cache
 
 
@@ -164,7 +205,9 @@ def wait_for_page(process: subprocess.Popen, url: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RehearsalFailed(f"app.py exited with {process.returncode} before serving the page")
+            raise RehearsalFailed(
+                f"app.py exited with {process.returncode} before serving the page"
+            )
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 if response.status == 200:
@@ -181,11 +224,15 @@ def race(url: str) -> dict:
     try:
         client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
         return client.submit(PROMPT, RACE_TOKENS, api_name="/race").result(timeout=RACE_TIMEOUT_S)
-    except Exception as err:  # gradio_client raises many kinds; each is this rehearsal's failure, told as such
+    except (
+        Exception
+    ) as err:  # gradio_client raises many kinds; each is this rehearsal's failure, told as such
         raise RehearsalFailed(f"/race failed: {type(err).__name__}: {err}") from None
 
 
-def start_and_race(python: Path, folder: Path, work: Path, log: Path, hub_cache: Path | None = None) -> Start:
+def start_and_race(
+    python: Path, folder: Path, work: Path, log: Path, hub_cache: Path | None = None
+) -> Start:
     """Start `python app.py` in folder as a Space does, its output into log, wait for the page, race once; always
     stop the app."""
     port = free_port()
@@ -195,8 +242,13 @@ def start_and_race(python: Path, folder: Path, work: Path, log: Path, hub_cache:
     print(f"Starting python app.py in {folder} on port {port}...", flush=True)
     with log.open("w") as out:
         start = time.perf_counter()
-        process = subprocess.Popen([str(python), "app.py"], cwd=folder, env=app_environment(python, port, home, hub_cache),
-                                   stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [str(python), "app.py"],
+            cwd=folder,
+            env=app_environment(python, port, home, hub_cache),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         try:
             wait_for_page(process, url)
             page_s = time.perf_counter() - start
@@ -244,7 +296,9 @@ def log_tracebacks(log: str) -> tuple[list[str], list[tuple[str, str]]]:
     lines = log.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("Traceback (most recent call last)"):
-            end = next((j for j in range(i + 1, len(lines)) if not lines[j].startswith(" ")), len(lines))
+            end = next(
+                (j for j in range(i + 1, len(lines)) if not lines[j].startswith(" ")), len(lines)
+            )
             closing = lines[end] if end < len(lines) else "(the log ends inside it)"
             if i and lines[i - 1].startswith("Exception ignored in"):
                 ignored.append((lines[i - 1], closing))
@@ -266,31 +320,45 @@ def python_note(files: list[SpaceFile]) -> str:
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     space = str(front_matter(files).get("python_version"))
     note = f"Python {sys.version.split()[0]}"
-    return note if space == here else f"{note}, but the Space runs Python {space}: a rehearsal, not a replica"
+    return (
+        note
+        if space == here
+        else f"{note}, but the Space runs Python {space}: a rehearsal, not a replica"
+    )
 
 
-def summary(files: list[SpaceFile], build: list[str], install_s: float, start: Start, problems: list[str]) -> str:
+def summary(
+    files: list[SpaceFile], build: list[str], install_s: float, start: Start, problems: list[str]
+) -> str:
     ouroboros = start.result.get("ouroboros", {}) if isinstance(start.result, dict) else {}
     verdict = (ouroboros.get("verdict") or {}).get("kind")
-    return (f"Rehearsal of the Space's start ({python_note(files)}):\n"
-            f"  install  {install_s:7.1f} s  requirements.txt, then the Space build's {' '.join(build)}\n"
-            f"  page     {start.page_s:7.1f} s  from starting python app.py to HTTP 200 on /\n"
-            f"  race     {start.answer_s:7.1f} s  from starting python app.py to the first race's answer "
-            f"({len(ouroboros.get('token_ids') or [])} tokens, verdict {verdict!r})\n"
-            f"  checks   upload set, LFS coverage, front matter: ok; identical lanes, no traceback in the log: "
-            f"{'FAILED' if problems else 'ok'}" + ignored_note(start.log))
+    return (
+        f"Rehearsal of the Space's start ({python_note(files)}):\n"
+        f"  install  {install_s:7.1f} s  requirements.txt, then the Space build's {' '.join(build)}\n"
+        f"  page     {start.page_s:7.1f} s  from starting python app.py to HTTP 200 on /\n"
+        f"  race     {start.answer_s:7.1f} s  from starting python app.py to the first race's answer "
+        f"({len(ouroboros.get('token_ids') or [])} tokens, verdict {verdict!r})\n"
+        f"  checks   upload set, LFS coverage, front matter: ok; identical lanes, no traceback in the log: "
+        f"{'FAILED' if problems else 'ok'}" + ignored_note(start.log)
+    )
 
 
 def ignored_note(log: str) -> str:
     """A note on the exceptions Python ignored: Gradio's discarded event loops told apart from anything else."""
     ignored = log_tracebacks(log)[1]
-    loops = [entry for entry in ignored if DISCARDED_LOOP[0] in entry[0] and entry[1] == DISCARDED_LOOP[1]]
+    loops = [
+        entry
+        for entry in ignored
+        if DISCARDED_LOOP[0] in entry[0] and entry[1] == DISCARDED_LOOP[1]
+    ]
     others = [closing for entry in ignored if entry not in loops for closing in entry[1:]]
     note = ""
     if loops:
-        note += (f"\n  note     {len(loops)} \"{DISCARDED_LOOP[1]}\" in {DISCARDED_LOOP[0]}, which Python ignored: "
-                 "event loops Gradio made and never closed, collected after their sockets (harmless; see "
-                 "space_rehearsal.DISCARDED_LOOP)")
+        note += (
+            f'\n  note     {len(loops)} "{DISCARDED_LOOP[1]}" in {DISCARDED_LOOP[0]}, which Python ignored: '
+            "event loops Gradio made and never closed, collected after their sockets (harmless; see "
+            "space_rehearsal.DISCARDED_LOOP)"
+        )
     if others:
         note += f"\n  note     the log holds {len(others)} other exception(s) Python ignored: {others[0]}"
     return note

@@ -23,21 +23,32 @@ from pathlib import Path
 from .corpus import EOS, function_stubs, stdlib_files
 
 MODELS = Path(__file__).resolve().parents[2] / "assets" / "models"
-TEMPERATURES = (0.0, 0.3, 0.8, 1.0)  # 0 is greedy; the page offers 0-1.5, visitors mostly stay below 1
+TEMPERATURES = (
+    0.0,
+    0.3,
+    0.8,
+    1.0,
+)  # 0 is greedy; the page offers 0-1.5, visitors mostly stay below 1
 TOP_P = 0.95  # the bench's and the page's default nucleus
 
 
 def stub_prompts(limit: int | None, seed: int, max_chars: int = 1500) -> list[dict]:
     """Every documented function of the training corpus as a stub, shuffled; long stubs left out (a prompt
     of a page of docstring teaches little about the code that follows)."""
-    stubs = [stub for stub in function_stubs(stdlib_files(), Path(sysconfig.get_paths()["stdlib"]), per_file=None)
-             if len(stub["prompt"]) <= max_chars]
+    stubs = [
+        stub
+        for stub in function_stubs(
+            stdlib_files(), Path(sysconfig.get_paths()["stdlib"]), per_file=None
+        )
+        if len(stub["prompt"]) <= max_chars
+    ]
     random.Random(seed).shuffle(stubs)
     return stubs[:limit] if limit else stubs
 
 
-def sample_batch(target, encoded: list[list[int]], eos: int, pad: int, temperature: float,
-                 max_new_tokens: int) -> list[tuple[int, list[int]]]:
+def sample_batch(
+    target, encoded: list[list[int]], eos: int, pad: int, temperature: float, max_new_tokens: int
+) -> list[tuple[int, list[int]]]:
     """The target's continuations of a batch of encoded prompts (left-padded together), each cut after its first
     EOS: (prompt tokens, prompt + continuation ids) per prompt."""
     import torch
@@ -45,10 +56,21 @@ def sample_batch(target, encoded: list[list[int]], eos: int, pad: int, temperatu
     width = max(map(len, encoded))
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded])
     attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in encoded])
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": TOP_P} if temperature else {"do_sample": False}
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_p": TOP_P}
+        if temperature
+        else {"do_sample": False}
+    )
     with torch.no_grad():
-        out = target.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
-                              pad_token_id=pad, eos_token_id=eos, top_k=None, **sampling)
+        out = target.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            top_k=None,
+            **sampling,
+        )
     rows = []
     for ids, row in zip(encoded, out[:, width:].tolist()):
         if eos in row:
@@ -57,48 +79,97 @@ def sample_batch(target, encoded: list[list[int]], eos: int, pad: int, temperatu
     return rows
 
 
-def write_samples(target, encode, eos: int, stubs: list[dict], out: Path, max_new_tokens: int, batch_size: int,
-                  log=print, temperatures: tuple[float, ...] = TEMPERATURES) -> int:
+def write_samples(
+    target,
+    encode,
+    eos: int,
+    stubs: list[dict],
+    out: Path,
+    max_new_tokens: int,
+    batch_size: int,
+    log=print,
+    temperatures: tuple[float, ...] = TEMPERATURES,
+) -> int:
     """Continue every stub (`encode(stub)` gives its ids) at its temperature (they take turns), appending to `out` batch by batch, so an
     interrupted run keeps what it made and a rerun picks up after it. Returns the number of new tokens."""
     done = set()
     if out.exists():
         done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
-    todo = [(stub, temperatures[i % len(temperatures)]) for i, stub in enumerate(stubs) if stub["id"] not in done]
+    todo = [
+        (stub, temperatures[i % len(temperatures)])
+        for i, stub in enumerate(stubs)
+        if stub["id"] not in done
+    ]
     batches = []
-    for temperature in temperatures:  # one temperature per batch, similar prompt lengths together (less padding)
-        group = sorted((item for item in todo if item[1] == temperature), key=lambda item: len(encode(item[0])))
+    for (
+        temperature
+    ) in temperatures:  # one temperature per batch, similar prompt lengths together (less padding)
+        group = sorted(
+            (item for item in todo if item[1] == temperature), key=lambda item: len(encode(item[0]))
+        )
         batches += [group[i : i + batch_size] for i in range(0, len(group), batch_size)]
-    random.Random(len(todo)).shuffle(batches)  # the temperatures interleave, so a partial file has them all
+    random.Random(len(todo)).shuffle(
+        batches
+    )  # the temperatures interleave, so a partial file has them all
     started, new_tokens = time.perf_counter(), 0
     out.parent.mkdir(parents=True, exist_ok=True)
     for number, batch in enumerate(batches, 1):
         temperature = batch[0][1]
-        rows = sample_batch(target, [encode(stub) for stub, _ in batch], eos, eos, temperature, max_new_tokens)
+        rows = sample_batch(
+            target, [encode(stub) for stub, _ in batch], eos, eos, temperature, max_new_tokens
+        )
         with out.open("a") as file:
             for (stub, _), (prompt_tokens, ids) in zip(batch, rows):
                 new_tokens += len(ids) - prompt_tokens
-                file.write(json.dumps({"id": stub["id"], "temperature": temperature,
-                                       "prompt_tokens": prompt_tokens, "ids": ids}) + "\n")
+                file.write(
+                    json.dumps(
+                        {
+                            "id": stub["id"],
+                            "temperature": temperature,
+                            "prompt_tokens": prompt_tokens,
+                            "ids": ids,
+                        }
+                    )
+                    + "\n"
+                )
         elapsed = time.perf_counter() - started
-        log(f"batch {number}/{len(batches)} (T {temperature}): {new_tokens:,} new tokens, "
-            f"{new_tokens / elapsed:.0f} tokens/s, about {elapsed / number * (len(batches) - number) / 60:.0f} min left")
+        log(
+            f"batch {number}/{len(batches)} (T {temperature}): {new_tokens:,} new tokens, "
+            f"{new_tokens / elapsed:.0f} tokens/s, about {elapsed / number * (len(batches) - number) / 60:.0f} min left"
+        )
     return new_tokens
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="JSON-lines file (appended to; a rerun resumes)")
-    parser.add_argument("--models", type=Path, default=MODELS, help="the pair's folder (its target/ writes)")
-    parser.add_argument("--pair", choices=["demo", "smollm2"], default="demo",
-                        help="demo: the embedded pair's target continues standard-library stubs; smollm2: the "
-                             "default preset's target answers chat_requests' training requests")
-    parser.add_argument("--heldout", action="store_true",
-                        help="with --pair smollm2: the held-out requests (pip's), greedy only, for the draft's card")
-    parser.add_argument("--limit", type=int, default=None, help="how many stubs (default: all of them)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="JSON-lines file (appended to; a rerun resumes)"
+    )
+    parser.add_argument(
+        "--models", type=Path, default=MODELS, help="the pair's folder (its target/ writes)"
+    )
+    parser.add_argument(
+        "--pair",
+        choices=["demo", "smollm2"],
+        default="demo",
+        help="demo: the embedded pair's target continues standard-library stubs; smollm2: the "
+        "default preset's target answers chat_requests' training requests",
+    )
+    parser.add_argument(
+        "--heldout",
+        action="store_true",
+        help="with --pair smollm2: the held-out requests (pip's), greedy only, for the draft's card",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="how many stubs (default: all of them)"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=192)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0, help="which stubs come first, and the sampling")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="which stubs come first, and the sampling"
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1 or args.batch_size < 1:
@@ -114,33 +185,57 @@ def main(argv=None) -> None:
         from .chat_requests import heldout_requests, training_requests
 
         target, tokenizer = load_target_of("smollm2", log=print)
-        stubs = heldout_requests(args.limit) if args.heldout else training_requests(args.limit, args.seed)
+        stubs = (
+            heldout_requests(args.limit)
+            if args.heldout
+            else training_requests(args.limit, args.seed)
+        )
         temperatures = (0.0,) if args.heldout else TEMPERATURES
-        encode = functools.lru_cache(maxsize=None)(lambda text, chat: tuple(encoded(tokenizer, text, chat)))
+        encode = functools.lru_cache(maxsize=None)(
+            lambda text, chat: tuple(encoded(tokenizer, text, chat))
+        )
         print(f"{len(stubs)} requests, temperatures {temperatures}, top-p {TOP_P}")
-        new_tokens = write_samples(target, lambda stub: list(encode(stub["prompt"], stub["chat"])),
-                                   tokenizer.eos_token_id, stubs, args.out, args.max_new_tokens, args.batch_size,
-                                   temperatures=temperatures)
+        new_tokens = write_samples(
+            target,
+            lambda stub: list(encode(stub["prompt"], stub["chat"])),
+            tokenizer.eos_token_id,
+            stubs,
+            args.out,
+            args.max_new_tokens,
+            args.batch_size,
+            temperatures=temperatures,
+        )
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not (args.models / "target" / "config.json").is_file():
             parser.error(f"--models {args.models}: no target/config.json there")
         tokenizer = AutoTokenizer.from_pretrained(args.models / "target")
-        target = AutoModelForCausalLM.from_pretrained(args.models / "target", dtype=torch.float32).eval()
+        target = AutoModelForCausalLM.from_pretrained(
+            args.models / "target", dtype=torch.float32
+        ).eval()
         stubs = stub_prompts(args.limit, args.seed)
-        print(f"{len(stubs)} stubs from the standard library, temperatures {TEMPERATURES}, top-p {TOP_P}")
-        new_tokens = write_samples(target, lambda stub: tokenizer(stub["prompt"])["input_ids"],
-                                   tokenizer.convert_tokens_to_ids(EOS), stubs, args.out, args.max_new_tokens,
-                                   args.batch_size)
+        print(
+            f"{len(stubs)} stubs from the standard library, temperatures {TEMPERATURES}, top-p {TOP_P}"
+        )
+        new_tokens = write_samples(
+            target,
+            lambda stub: tokenizer(stub["prompt"])["input_ids"],
+            tokenizer.convert_tokens_to_ids(EOS),
+            stubs,
+            args.out,
+            args.max_new_tokens,
+            args.batch_size,
+        )
     print(f"{new_tokens:,} new tokens written to {args.out}")
 
 
 def encoded(tokenizer, text: str, chat: bool) -> list[int]:
     """A request's ids as the engine encodes it: a user turn through the chat template, or the raw text."""
     if chat:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
         return tokenizer(text, add_special_tokens=False)["input_ids"]
     return tokenizer(text)["input_ids"]
 

@@ -34,7 +34,9 @@ class DraftTraining:
     warmup: int = 30
     seed: int = 0
     eval_every: int = 50  # steps between held-out checks
-    teacher_k: int = 0  # >0: learn the target's own top-k next-token chances at every answer position too
+    teacher_k: int = (
+        0  # >0: learn the target's own top-k next-token chances at every answer position too
+    )
     start: str = ""  # a draft folder to go on training from ("": the target cut to `layers`)
 
 
@@ -53,8 +55,11 @@ def cut_target(target, layers: int):
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:layers]
     draft = AutoModelForCausalLM.from_config(config)
-    state = {name: tensor for name, tensor in target.state_dict().items()
-             if not name.startswith("model.layers.") or int(name.split(".")[2]) < layers}
+    state = {
+        name: tensor
+        for name, tensor in target.state_dict().items()
+        if not name.startswith("model.layers.") or int(name.split(".")[2]) < layers
+    }
     missing, unexpected = draft.load_state_dict(state, strict=False)
     assert not unexpected and all("lm_head" in name for name in missing), (missing, unexpected)
     draft.tie_weights()
@@ -76,7 +81,9 @@ def batches(rows: list[dict], batch_tokens: int, rng: random.Random) -> list[lis
     return out
 
 
-def teacher_targets(target, rows: list[dict], pad: int, k: int, batch_tokens: int, log=print) -> None:
+def teacher_targets(
+    target, rows: list[dict], pad: int, k: int, batch_tokens: int, log=print
+) -> None:
     """Add to each row the target's own top-k next-token ids and chances at its answer positions, teacher-forced
     on the answer as written ("teacher_ids", "teacher_p": one list of k per position). A sampled answer's next
     token is one draw; the target's chances say what it would write at every rank, its greedy choice first."""
@@ -104,7 +111,9 @@ def padded(batch: list[dict], pad: int):
     width = max(len(row["ids"]) for row in batch)
     ids = torch.full((len(batch), width), pad)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
-    scored = torch.zeros((len(batch), width), dtype=torch.bool)  # positions whose next token is an answer token
+    scored = torch.zeros(
+        (len(batch), width), dtype=torch.bool
+    )  # positions whose next token is an answer token
     for i, row in enumerate(batch):
         ids[i, : len(row["ids"])] = torch.tensor(row["ids"])
         mask[i, : len(row["ids"])] = 1
@@ -144,8 +153,11 @@ def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int) -> dict:
             loss, hits, count = answer_loss(draft, batch, pad)
             right, total, loss_sum = right + hits, total + count, loss_sum + loss.item() * count
     draft.train()
-    return {"agreement": round(right / max(1, total), 4), "loss": round(loss_sum / max(1, total), 4),
-            "positions": total}
+    return {
+        "agreement": round(right / max(1, total), 4),
+        "loss": round(loss_sum / max(1, total), 4),
+        "positions": total,
+    }
 
 
 # Token ids below this always stay in the draft's vocabulary: a byte-level BPE numbers its bytes and its
@@ -190,9 +202,11 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
     del target
     draft.get_input_embeddings().weight.requires_grad_(False)
     trained = [p for p in draft.parameters() if p.requires_grad]
-    log(f"draft: {cfg.layers} layers, {sum(p.numel() for p in draft.parameters()):,} parameters "
+    log(
+        f"draft: {cfg.layers} layers, {sum(p.numel() for p in draft.parameters()):,} parameters "
         f"({sum(p.numel() for p in trained):,} trained); {len(rows)} answers, "
-        f"{sum(len(r['ids']) - r['prompt_tokens'] for r in rows):,} answer tokens; held-out {len(held)}")
+        f"{sum(len(r['ids']) - r['prompt_tokens'] for r in rows):,} answer tokens; held-out {len(held)}"
+    )
     opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     per_epoch = len(batches(rows, cfg.batch_tokens, rng))
     steps = max(1, round(cfg.epochs * per_epoch))
@@ -205,7 +219,11 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
         if not queue:
             queue = batches(rows, cfg.batch_tokens, rng)
         batch = queue.pop()
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        lr = (
+            cfg.lr
+            * min(1.0, (step + 1) / cfg.warmup)
+            * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+        )
         for group in opt.param_groups:
             group["lr"] = lr
         loss, hits, count = answer_loss(draft, batch, pad)
@@ -215,8 +233,15 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
         opt.zero_grad(set_to_none=True)
         step += 1
         if step % 10 == 0 or step == steps:
-            history.append({"step": step, "loss": round(loss.item(), 4), "agreement": round(hits / count, 4),
-                            "lr": lr, "elapsed_s": round(time.perf_counter() - started, 1)})
+            history.append(
+                {
+                    "step": step,
+                    "loss": round(loss.item(), 4),
+                    "agreement": round(hits / count, 4),
+                    "lr": lr,
+                    "elapsed_s": round(time.perf_counter() - started, 1),
+                }
+            )
             log(json.dumps(history[-1]))
         if step % cfg.eval_every == 0 or step == steps:
             curve.append({"step": step, **evaluate(draft, greedy_held, pad, cfg.batch_tokens)})
@@ -226,24 +251,42 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
     draft.to(torch.bfloat16).save_pretrained(out)  # 16-bit on disk keeps the repository small
     tokenizer.save_pretrained(out)
     vocabulary = write_vocabulary(rows, out, draft.config.vocab_size)
-    summary = {"config": asdict(cfg), "steps": steps, "wall_s": round(time.perf_counter() - started, 1),
-               "answers": len(rows), "vocabulary": vocabulary, "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
-               "temperatures": sorted({r["temperature"] for r in rows}), "heldout_answers": len(held),
-               "history": history, "heldout_curve": curve}
+    summary = {
+        "config": asdict(cfg),
+        "steps": steps,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "answers": len(rows),
+        "vocabulary": vocabulary,
+        "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
+        "temperatures": sorted({r["temperature"] for r in rows}),
+        "heldout_answers": len(held),
+        "history": history,
+        "heldout_curve": curve,
+    }
     (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=Path, required=True, help="target_samples' answers to train on")
-    parser.add_argument("--heldout", type=Path, required=True, help="target_samples' answers to held-out requests")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--samples", type=Path, required=True, help="target_samples' answers to train on"
+    )
+    parser.add_argument(
+        "--heldout", type=Path, required=True, help="target_samples' answers to held-out requests"
+    )
     parser.add_argument("--out", type=Path, required=True, help="the draft's folder")
     parser.add_argument("--layers", type=int, default=DraftTraining.layers)
     parser.add_argument("--epochs", type=float, default=DraftTraining.epochs)
     parser.add_argument("--lr", type=float, default=DraftTraining.lr)
-    parser.add_argument("--teacher-k", type=int, default=0,
-                        help="also learn the target's top-k chances at every answer position (0: its tokens alone)")
+    parser.add_argument(
+        "--teacher-k",
+        type=int,
+        default=0,
+        help="also learn the target's top-k chances at every answer position (0: its tokens alone)",
+    )
     parser.add_argument("--start", default="", help="a draft folder to go on training from")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = parser.parse_args(argv)
@@ -256,7 +299,13 @@ def main(argv=None) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = DraftTraining(layers=args.layers, epochs=args.epochs, lr=args.lr, teacher_k=args.teacher_k, start=args.start)
+    cfg = DraftTraining(
+        layers=args.layers,
+        epochs=args.epochs,
+        lr=args.lr,
+        teacher_k=args.teacher_k,
+        start=args.start,
+    )
     train(cfg, args.samples, args.heldout, args.out)
 
 

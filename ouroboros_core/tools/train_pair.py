@@ -47,9 +47,16 @@ class TrainConfig:
     # occurrence, one to read what followed it); narrow, so it costs no more per token than one wide layer
     draft: ModelShape = ModelShape(layers=2, width=192, heads=4, ffn=768)
     max_corpus_chars: int | None = None  # the smoke mode trains on a slice
-    init: str | None = None  # continue a finished run: its folder (tokenizer, target/, draft/, training.json)
-    models: tuple[str, ...] = ("target", "draft")  # which models train; the others are saved as they were
-    eval_every: int = 200  # steps between held-out checks (a learning curve in training.json; 0 turns them off)
+    init: str | None = (
+        None  # continue a finished run: its folder (tokenizer, target/, draft/, training.json)
+    )
+    models: tuple[str, ...] = (
+        "target",
+        "draft",
+    )  # which models train; the others are saved as they were
+    eval_every: int = (
+        200  # steps between held-out checks (a learning curve in training.json; 0 turns them off)
+    )
     eval_chars: int = 60_000  # of pip's source, the start of the card's held-out text
     # bfloat16 autocast for the forward passes (weights, optimiser state and losses stay float32): 1.3x more
     # steps per hour on this CPU (AVX-512 BF16), measured side by side at the full shapes (1.72 vs 2.25 s/step)
@@ -126,7 +133,11 @@ def sample_stream(path: str, eos_id: int):
     ids = []
     for row in rows:
         ids += row["ids"] if row["ids"][-1] == eos_id else row["ids"] + [eos_id]
-    about = {"count": len(rows), "tokens": len(ids), "temperatures": sorted({row["temperature"] for row in rows})}
+    about = {
+        "count": len(rows),
+        "tokens": len(ids),
+        "temperatures": sorted({row["temperature"] for row in rows}),
+    }
     return torch.tensor(ids, dtype=torch.long), about
 
 
@@ -136,10 +147,14 @@ def initial_models(cfg: TrainConfig, vocab_size: int, eos_id: int):
     if cfg.init:
         from transformers import AutoModelForCausalLM
 
-        return tuple(AutoModelForCausalLM.from_pretrained(Path(cfg.init) / name, dtype=torch.float32)
-                     for name in ("target", "draft"))
-    return (build_model(cfg.target, vocab_size, eos_id, cfg.seq_len),
-            build_model(cfg.draft, vocab_size, eos_id, cfg.seq_len))
+        return tuple(
+            AutoModelForCausalLM.from_pretrained(Path(cfg.init) / name, dtype=torch.float32)
+            for name in ("target", "draft")
+        )
+    return (
+        build_model(cfg.target, vocab_size, eos_id, cfg.seq_len),
+        build_model(cfg.draft, vocab_size, eos_id, cfg.seq_len),
+    )
 
 
 class PairTrainer:
@@ -149,12 +164,21 @@ class PairTrainer:
     def __init__(self, cfg: TrainConfig, target, draft, data, samples=None):
         import torch
 
-        self.cfg, self.target, self.draft, self.data, self.samples = cfg, target, draft, data, samples
+        self.cfg, self.target, self.draft, self.data, self.samples = (
+            cfg,
+            target,
+            draft,
+            data,
+            samples,
+        )
         self.trains = {"target": "target" in cfg.models, "draft": "draft" in cfg.models}
         self.train_mode()
         self.opts = {
-            name: torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
-            for name, model in (("target", target), ("draft", draft)) if self.trains[name]
+            name: torch.optim.AdamW(
+                model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1
+            )
+            for name, model in (("target", target), ("draft", draft))
+            if self.trains[name]
         }
         self.gen = torch.Generator().manual_seed(cfg.seed)
 
@@ -168,9 +192,14 @@ class PairTrainer:
         cfg = self.cfg
         from_samples = round(cfg.batch_size * cfg.samples_share) if self.samples is not None else 0
         rows = []
-        for stream, count in ((self.samples, from_samples), (self.data, cfg.batch_size - from_samples)):
+        for stream, count in (
+            (self.samples, from_samples),
+            (self.data, cfg.batch_size - from_samples),
+        ):
             if count:
-                starts = torch.randint(0, len(stream) - cfg.seq_len - 1, (count,), generator=self.gen)
+                starts = torch.randint(
+                    0, len(stream) - cfg.seq_len - 1, (count,), generator=self.gen
+                )
                 rows += [stream[s : s + cfg.seq_len + 1] for s in starts.tolist()]
         batch = torch.stack(rows)
         return batch[:, :-1], batch[:, 1:]  # inputs, labels: (B, T) each
@@ -256,8 +285,15 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
             log(json.dumps({"heldout": curve[-1]}))
     wall = time.perf_counter() - started
     save_pair(out, trainer.target, trainer.draft, tokenizer, eos_id)
-    summary = {"config": asdict(cfg), "corpus_files": len(docs), "corpus_chars": sum(map(len, docs)),
-               "corpus_tokens": len(data), "wall_s": round(wall, 1), "history": history, "heldout_curve": curve}
+    summary = {
+        "config": asdict(cfg),
+        "corpus_files": len(docs),
+        "corpus_chars": sum(map(len, docs)),
+        "corpus_tokens": len(data),
+        "wall_s": round(wall, 1),
+        "history": history,
+        "heldout_curve": curve,
+    }
     if about_samples:
         summary["samples"] = about_samples
     if previous:  # the run this one continued, so the card can give the whole story
@@ -267,26 +303,54 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "assets" / "models")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parents[2] / "assets" / "models"
+    )
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true", help="a few steps on a small corpus (CI)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--init", type=Path, default=None,
-                        help="continue a finished run from its folder (tokenizer and weights)")
-    parser.add_argument("--models", nargs="+", choices=("target", "draft"), default=None,
-                        help="which models train (default both); the others are saved unchanged")
+    parser.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="continue a finished run from its folder (tokenizer and weights)",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=("target", "draft"),
+        default=None,
+        help="which models train (default both); the others are saved unchanged",
+    )
     parser.add_argument("--lr", type=float, default=None, help="peak learning rate")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up steps")
-    parser.add_argument("--distill-weight", type=float, default=None,
-                        help="share of the draft's loss that is distillation from the target (0-1)")
-    parser.add_argument("--samples", type=Path, default=None,
-                        help="target_samples' JSON lines: the target's own text, mixed into every batch")
-    parser.add_argument("--samples-share", type=float, default=None,
-                        help="share of each batch's rows cut from --samples (0-1, default 0.5)")
-    parser.add_argument("--fp32", action="store_true",
-                        help="no bfloat16 autocast (for CPUs without native bfloat16, where it is slower)")
+    parser.add_argument(
+        "--distill-weight",
+        type=float,
+        default=None,
+        help="share of the draft's loss that is distillation from the target (0-1)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=Path,
+        default=None,
+        help="target_samples' JSON lines: the target's own text, mixed into every batch",
+    )
+    parser.add_argument(
+        "--samples-share",
+        type=float,
+        default=None,
+        help="share of each batch's rows cut from --samples (0-1, default 0.5)",
+    )
+    parser.add_argument(
+        "--fp32",
+        action="store_true",
+        help="no bfloat16 autocast (for CPUs without native bfloat16, where it is slower)",
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -294,26 +358,55 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     cfg = TrainConfig(seed=args.seed)
     if args.smoke:
-        cfg = TrainConfig(seed=args.seed, vocab_size=512, seq_len=64, batch_size=4, steps=4, warmup=2,
-                          max_corpus_chars=200_000, eval_every=2, eval_chars=5_000,
-                          target=ModelShape(2, 64, 2, 128), draft=ModelShape(1, 64, 2, 128))
+        cfg = TrainConfig(
+            seed=args.seed,
+            vocab_size=512,
+            seq_len=64,
+            batch_size=4,
+            steps=4,
+            warmup=2,
+            max_corpus_chars=200_000,
+            eval_every=2,
+            eval_chars=5_000,
+            target=ModelShape(2, 64, 2, 128),
+            draft=ModelShape(1, 64, 2, 128),
+        )
     if args.distill_weight is not None and not 0 <= args.distill_weight <= 1:
         parser.error(f"--distill-weight {args.distill_weight}: must be between 0 and 1")
     if args.samples_share is not None and not 0 <= args.samples_share <= 1:
         parser.error(f"--samples-share {args.samples_share}: must be between 0 and 1")
     if args.samples and not args.samples.is_file():
-        parser.error(f"--samples {args.samples}: no such file (make one with ouroboros_core.tools.target_samples)")
-    overrides = {"steps": args.steps, "lr": args.lr, "warmup": args.warmup, "distill_weight": args.distill_weight,
-                 "samples": str(args.samples) if args.samples else None, "samples_share": args.samples_share,
-                 "init": str(args.init) if args.init else None,
-                 "models": tuple(args.models) if args.models else None, "bf16": False if args.fp32 else None}
+        parser.error(
+            f"--samples {args.samples}: no such file (make one with ouroboros_core.tools.target_samples)"
+        )
+    overrides = {
+        "steps": args.steps,
+        "lr": args.lr,
+        "warmup": args.warmup,
+        "distill_weight": args.distill_weight,
+        "samples": str(args.samples) if args.samples else None,
+        "samples_share": args.samples_share,
+        "init": str(args.init) if args.init else None,
+        "models": tuple(args.models) if args.models else None,
+        "bf16": False if args.fp32 else None,
+    }
     cfg = replace(cfg, **{key: value for key, value in overrides.items() if value is not None})
     if args.init:
-        if not (args.init / "target" / "config.json").is_file() or not (args.init / "training.json").is_file():
-            parser.error(f"--init {args.init}: no finished run there (target/config.json or training.json missing)")
+        if (
+            not (args.init / "target" / "config.json").is_file()
+            or not (args.init / "training.json").is_file()
+        ):
+            parser.error(
+                f"--init {args.init}: no finished run there (target/config.json or training.json missing)"
+            )
         before = json.loads((args.init / "training.json").read_text())["config"]
-        cfg = replace(cfg, vocab_size=before["vocab_size"], seq_len=before["seq_len"],
-                      target=ModelShape(**before["target"]), draft=ModelShape(**before["draft"]))
+        cfg = replace(
+            cfg,
+            vocab_size=before["vocab_size"],
+            seq_len=before["seq_len"],
+            target=ModelShape(**before["target"]),
+            draft=ModelShape(**before["draft"]),
+        )
     train(cfg, args.out)
 
 
