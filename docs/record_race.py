@@ -1,13 +1,15 @@
-"""Record a real race from the page as an animated GIF (docs/race.gif) and a screenshot (docs/screenshot.png).
+"""Record a real race from the page as an animated GIF (docs/race.gif) and a screenshot
+(docs/screenshot.png).
 
     PORT=7861 python3 app.py &                    # the demo, on the embedded pair
     python3 docs/record_race.py http://127.0.0.1:7861/
 
-Playwright drives Debian's Chromium (/usr/bin/chromium) at 1400x900 and runs the first example live. A
-screenshot takes ~0.2 s on two cores, too slow to follow a 2-second race, so the frames are taken while the
-page replays that race at 1/4 of its speed (from its recorded events, at their true relative timings) and
-each GIF frame lasts a quarter of the time it was on screen: the animation plays at the race's own pace.
-Then the page, with the step inspector open on its best step, is screenshot.
+Playwright drives Debian's Chromium (/usr/bin/chromium) at 1400x900 and runs the first example
+live. A screenshot takes ~0.2 s on two cores, too slow to follow a 2-second race, so the frames are
+taken while the page replays that race at 1/4 of its speed (from its recorded events, at their true
+relative timings) and each GIF frame lasts a quarter of the time it was on screen: the animation
+plays at the race's own pace. Then the page, with the step inspector open on its best step, is
+screenshot.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ HOLD_LAST_MS = 2500  # the finished race stays on screen before the loop starts 
 
 
 def region(page) -> dict:
-    """The legend, the lanes, their stats and the verdict badge, as one clip rectangle on the whole page."""
+    """The legend, the lanes, their stats and the verdict badge, as one clip rectangle on the whole
+    page."""
     boxes = [page.locator(selector).bounding_box() for selector in (".legend", "#lanes", "#badge")]
     scrolled = page.evaluate("scrollY")
     top = min(b["y"] for b in boxes) + scrolled

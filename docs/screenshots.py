@@ -1,10 +1,12 @@
-"""Screenshots of what a first-time viewer sees, at a laptop's 1400x900 and a phone's 390x844: the first view,
-mid-race (once Ouroboros has 24 tokens, where Run scrolled the page to) and after the race, in docs/views/.
+"""Screenshots of what a first-time viewer sees, at a laptop's 1400x900 and a phone's 390x844: the
+first view, mid-race (once Ouroboros has 24 tokens, where Run scrolled the page to) and after the
+race, in docs/views/.
 
     PORT=7861 python3 app.py &                    # the demo, on the embedded pair
     python3 docs/screenshots.py http://127.0.0.1:7861/
 
-Playwright drives Debian's Chromium (/usr/bin/chromium); each size is a fresh visitor running the first example.
+Playwright drives Debian's Chromium (/usr/bin/chromium); each size is a fresh visitor running the
+first example.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Settings tried against the default pair's preset on held-out requests 20..29 (not the bench's 20).
+"""Settings tried against the default pair's preset on held-out requests 20..29 (not the bench's
+20).
 
     PYTHONPATH=. python3 docs/bench-runs/smollm2-settings-sweep.py THREADS TEMPERATURE TRIALS.jsonl
 

@@ -1,9 +1,10 @@
-"""transformers' SDPA against the tree attention (ouroboros_core/attention.py) on the default pair: one
-engine, the target's attention switched per request, the order flipped every request and round.
+"""transformers' SDPA against the tree attention (ouroboros_core/attention.py) on the default pair:
+one engine, the target's attention switched per request, the order flipped every request and round.
 
     PYTHONPATH=. python3 docs/bench-runs/smollm2-tree-attention-ab.py THREADS
 
-Greedy Ouroboros on held-out requests 20-27, 96 tokens, two rounds; both must write the same tokens."""
+Greedy Ouroboros on held-out requests 20-27, 96 tokens, two rounds; both must write the same
+tokens."""
 
 import json
 import statistics

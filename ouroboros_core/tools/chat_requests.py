@@ -1,12 +1,14 @@
 """Requests a person might send a small instruct model, built offline from documented Python code.
 
-The default pair's draft learns from the target's answers to these (`target_samples --pair smollm2`), and the
-benchmark races the held-out ones. Each request comes from one documented function or class and is one of a
-few kinds a visitor types: write a function, explain code, list things, write a class, answer as JSON, write
-a test; a share are plain completions (a function stub, no chat turn), as the page also accepts raw text.
+The default pair's draft learns from the target's answers to these (`target_samples --pair
+smollm2`), and the benchmark races the held-out ones. Each request comes from one documented
+function or class and is one of a few kinds a visitor types: write a function, explain code, list
+things, write a class, answer as JSON, write a test; a share are plain completions (a function stub,
+no chat turn), as the page also accepts raw text.
 
 Training requests come from the Python standard library; held-out requests from pip's own source (an
-installed PyPI package outside the standard library), so no held-out request shares a function with training.
+installed PyPI package outside the standard library), so no held-out request shares a function with
+training.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def first_sentence(docstring: str) -> str | None:
 
 
 def documented(paths: list[Path], root: Path) -> list[dict]:
-    """Every documented function and class in the files: its name, module, signature, summary and source."""
+    """Every documented function and class in the files: its name, module, signature, summary and
+    source."""
     found = []
     for path in paths:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -74,7 +77,8 @@ def documented(paths: list[Path], root: Path) -> list[dict]:
 
 
 def request_for(item: dict, kind: str) -> tuple[str, bool] | None:
-    """(request text, chat) for one documented item and kind, or None where the kind does not fit it."""
+    """(request text, chat) for one documented item and kind, or None where the kind does not fit
+    it."""
     name, module, summary, source = item["name"], item["module"], item["summary"], item["source"]
     short_source = source.count("\n") <= 30 and len(source) <= 1500
     if kind == "function" and not item["class"]:
@@ -86,7 +90,8 @@ def request_for(item: dict, kind: str) -> tuple[str, bool] | None:
         )
     if kind == "list":
         return (
-            f"List the main things a Python programmer should know about `{module}`, one line each.",
+            f"List the main things a Python programmer should know about `{module}`, "
+            "one line each.",
             True,
         )
     if kind == "class" and item["class"]:
@@ -104,8 +109,8 @@ def request_for(item: dict, kind: str) -> tuple[str, bool] | None:
 
 
 def build(items: list[dict], seed: int, prefix: str, limit: int | None = None) -> list[dict]:
-    """One request per item, its kind drawn so every kind appears (plain completions about one in eight);
-    {"id", "kind", "prompt", "chat"}."""
+    """One request per item, its kind drawn so every kind appears (plain completions about one in
+    eight); {"id", "kind", "prompt", "chat"}."""
     rng = random.Random(seed)
     weights = {
         "function": 3,
@@ -143,8 +148,8 @@ def training_requests(limit: int | None = None, seed: int = 0) -> list[dict]:
 
 
 def heldout_requests(limit: int | None = None, seed: int = 1) -> list[dict]:
-    """Requests about pip's documented functions and classes, none of them in training, the kinds taking turns
-    so that a short bench sees every kind."""
+    """Requests about pip's documented functions and classes, none of them in training, the kinds
+    taking turns so that a short bench sees every kind."""
     import pip
 
     requests = build(

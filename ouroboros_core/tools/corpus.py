@@ -1,6 +1,7 @@
 """The text the embedded pair learns from and is judged on, and its tokenizer.
 
-Training data: the Python standard library's own source (PSF licence), which every machine with Python has.
+Training data: the Python standard library's own source (PSF licence), which every machine with
+Python has.
 Held-out data: the source of pip, an installed PyPI package that is not in the corpus.
 """
 
@@ -10,9 +11,9 @@ import sysconfig
 from pathlib import Path
 
 EOS = "<|endoftext|>"
-# Folders that hold data rather than code written by people (tables, generated text, sample trees), and the
-# test suites: 62% of the stdlib's characters, assert-heavy code that looks nothing like a function with a
-# docstring, which is what users (and HumanEval stubs) ask the pair to continue.
+# Folders that hold data rather than code written by people (tables, generated text, sample trees),
+# and the test suites: 62% of the stdlib's characters, assert-heavy code that looks nothing like a
+# function with a docstring, which is what users (and HumanEval stubs) ask the pair to continue.
 SKIP_PARTS = {
     "site-packages",
     "__pycache__",
@@ -68,7 +69,8 @@ def load_corpus(max_chars: int | None = None) -> list[str]:
 
 
 def heldout_files() -> list[Path]:
-    """Python that is not in the corpus: the source of an installed PyPI package (pip, present everywhere)."""
+    """Python that is not in the corpus: the source of an installed PyPI package (pip, present
+    everywhere)."""
     import pip
 
     root = Path(pip.__file__).parent / "_internal"
@@ -76,9 +78,9 @@ def heldout_files() -> list[Path]:
 
 
 def function_stubs(paths: list[Path], root: Path, per_file: int | None = 1) -> list[dict]:
-    """Functions cut after their docstring, as HumanEval's stubs are: the first `per_file` in each file (all of
-    them with None) that have a docstring and a body after it, dedented, in path and line order. Each is
-    {"id": "file:function", "prompt": ...}."""
+    """Functions cut after their docstring, as HumanEval's stubs are: the first `per_file` in each
+    file (all of them with None) that have a docstring and a body after it, dedented, in path and
+    line order. Each is {"id": "file:function", "prompt": ...}."""
     import ast
     import textwrap
 
@@ -109,8 +111,8 @@ def function_stubs(paths: list[Path], root: Path, per_file: int | None = 1) -> l
 
 
 def heldout_prompts(limit: int | None = None) -> list[dict]:
-    """Function stubs the pair never saw: from pip's source, one function per file, spread evenly over the
-    files in path order."""
+    """Function stubs the pair never saw: from pip's source, one function per file, spread evenly
+    over the files in path order."""
     import pip
 
     stubs = function_stubs(heldout_files(), Path(pip.__file__).parent)
@@ -124,9 +126,9 @@ def train_tokenizer(docs: list[str], vocab_size: int):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    # A newline is a token of its own, never merged with the next line's indentation: prompts such as
-    # HumanEval stubs end with a bare "\n", and a model that only ever saw "\n" fused with spaces reads a
-    # bare one as "the next line starts at column 0" and writes unindented code.
+    # A newline is a token of its own, never merged with the next line's indentation: prompts such
+    # as HumanEval stubs end with a bare "\n", and a model that only ever saw "\n" fused with spaces
+    # reads a bare one as "the next line starts at column 0" and writes unindented code.
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split("\n", behavior="isolated"),

