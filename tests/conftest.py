@@ -260,15 +260,15 @@ def reference(tokenizer):
 @pytest.fixture
 def verdicts(monkeypatch):
     """Every (trunk, branches, verdict) the loop's acceptance walk produces during the test."""
-    import ouroboros_core.engine as engine_module
+    import ouroboros_core.decode as decode_module
 
     seen = []
-    original = engine_module.walk_tree
+    original = decode_module.walk_tree
 
     def recording(trunk, branches, trunk_tokens, branch_tokens, attach=None):
         verdict = original(trunk, branches, trunk_tokens, branch_tokens, attach)
         seen.append((list(trunk), [list(b) for b in branches], verdict))
         return verdict
 
-    monkeypatch.setattr(engine_module, "walk_tree", recording)
+    monkeypatch.setattr(decode_module, "walk_tree", recording)
     return seen
