@@ -1,46 +1,45 @@
-"""A lean forward for Llama-family drafts: the same arithmetic as transformers, without its per-call overhead.
+"""A lean forward for Llama-family drafts: the same arithmetic as transformers, without its per-call
+overhead.
 
-The draft runs a dozen small forwards per answer where the target runs a few. For a small draft most of a
-transformers forward is Python around the arithmetic (mask building, cache bookkeeping, output classes):
-on the embedded 2-layer draft, about half of it. And a forward of a few rows (the draft's usual step: its
-token, the siblings riding along, or catching up on the target's tokens) on a CPU is bound by reading the
-weights from memory, which the target's forward has just flushed from the caches: there the lean forward
-reads int8 copies of float32 weights (a quarter of the bytes, one scale per output row) through torch's
-weight-only int8 kernel with bfloat16 activations, which moves its logits by that rounding. A draft proposes
-and the target decides, so the output cannot change; wider forwards (the prompt's prefill) keep float32.
-`lean_draft` wraps a Llama, Mistral or Qwen2 model in `LeanDecoder`, which reads the model's own weights
-and rotary embedding and keeps its keys and values in one preallocated buffer, and checks on a short input
-that it gives the model's own logits before it is used; any other model (or one split over devices)
-keeps the transformers forward. Only the draft runs here: the target, whose tokens are the output, always
-runs through transformers.
+The draft runs a dozen small forwards per answer where the target runs a few. For a small draft most
+of a transformers forward is Python around the arithmetic (mask building, cache bookkeeping, output
+classes): on the embedded 2-layer draft, about half of it. And a forward of a few rows (the draft's
+usual step: its token, the siblings riding along, or catching up on the target's tokens) on a CPU is
+bound by reading the weights from memory, which the target's forward has just flushed from the
+caches: there the lean forward reads int8 copies of float32 weights (a quarter of the bytes, one
+scale per output row) through torch's weight-only int8 kernel with bfloat16 activations, which moves
+its logits by that rounding. A draft proposes and the target decides, so the output cannot change;
+wider forwards (the prompt's prefill) keep float32.
+`lean_draft` wraps a Llama, Mistral or Qwen2 model in `LeanDecoder`, which reads the model's own
+weights and rotary embedding and keeps its keys and values in one preallocated buffer, and checks on
+a short input that it gives the model's own logits before it is used; any other model (or one split
+over devices) keeps the transformers forward. Only the draft runs here: the target, whose tokens are
+the output, always runs through transformers.
 """
 
 from __future__ import annotations
 
-import platform
-import sys
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from .int8 import INT8_TOLERANCE, Int8Linear, int8_kernel_fits, int8_layers
+
 LEAN_TYPES = ("llama", "mistral", "qwen2")
-# Up to this many rows the int8 weights beat float32 on a CPU whose caches the target has just flushed (the
-# embedded draft's matrices after 80 MB of other reads, AVX-512: 1 row 0.45 vs 1.13 ms, 2 rows 0.32 vs 1.47,
-# 8 rows 0.61 vs 1.32; 16 rows 1.2 vs 1.9, 150 rows 9.9 vs 8.0; with torch's AVX2 kernels alike). The float16
-# copies used before cost 1.05 ms for 2 rows and 2.5 for 8: CPU float16 matmuls slow down with every row.
+# Up to this many rows the int8 weights beat float32 on a CPU whose caches the target has just
+# flushed (the embedded draft's matrices after 80 MB of other reads, AVX-512: 1 row 0.45 vs 1.13 ms,
+# 2 rows 0.32 vs 1.47, 8 rows 0.61 vs 1.32; 16 rows 1.2 vs 1.9, 150 rows 9.9 vs 8.0; with torch's
+# AVX2 kernels alike). The float16 copies used before cost 1.05 ms for 2 rows and 2.5 for 8: CPU
+# float16 matmuls slow down with every row.
 NARROW_ROWS = 8
-STATIC_ROPE = (
-    "default",
-    "linear",
-    "llama3",
-    "yarn",
-)  # rotary kinds whose cos and sin depend on the position alone
+# rotary kinds whose cos and sin depend on the position alone
+STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 
 
 class LeanCache:
-    """Keys and values of every layer in one buffer (layers, 2, 1, kv_heads, capacity, head_dim), grown by
-    doubling; the same calls as transformers' DynamicCache that cache.py makes."""
+    """Keys and values of every layer in one buffer (layers, 2, 1, kv_heads, capacity, head_dim),
+    grown by doubling; the same calls as transformers' DynamicCache that cache.py makes."""
 
     def __init__(
         self, layers: int, kv_heads: int, head_dim: int, dtype, device, capacity: int = 256
@@ -67,41 +66,62 @@ class LeanCache:
             self.buffer = grown
 
 
-class Int8Linear:
-    """A linear layer's weight as int8 with one scale per output row (symmetric, rounded to nearest), multiplied
-    by torch's weight-only int8 kernel (`_weight_int8pack_mm`) with bfloat16 inputs; its bfloat16 outputs are
-    returned as float32. The kernel's vector paths step through the input width 16 (AVX-512) or 8 (AVX2) at a
-    time with no tail: see int8_kernel_fits."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
-        # The kernel multiplies by bfloat16 scales: round them first, and the weights to them.
-        largest = weight.float().abs().amax(dim=1)
-        self.scale = (largest / 127).clamp_min(torch.finfo(torch.bfloat16).tiny).to(torch.bfloat16)
-        steps = (weight.float() / self.scale.float()[:, None]).round_().clamp_(-127, 127)
-        self.weight = steps.to(torch.int8).contiguous()
-        self.bias = None if bias is None else bias.float()
-
-    def dequantized(self) -> torch.Tensor:
-        """The float32 weight this layer multiplies by (what its rounding left of the original)."""
-        return self.weight.float() * self.scale.float()[:, None]
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        y = (
-            torch.ops.aten._weight_int8pack_mm(rows, self.weight, self.scale)
-            .view(*x.shape[:-1], -1)
-            .float()
-        )
-        return y if self.bias is None else y + self.bias
-
-
 @dataclass
 class LeanOutput:
     logits: torch.Tensor
 
 
+class RotaryTable:
+    """The model's rotary cos and sin at given positions. Rotary kinds that do not depend on the
+    sequence's length are read from a table of positions (the same values: each is one product and
+    a cos or sin), which spares a few ops per forward and never reads the positions back from the
+    device."""
+
+    def __init__(self, rotary, config):
+        self.rotary = rotary
+        rope = getattr(config, "rope_parameters", None) or {}
+        self.static = rope.get("rope_type", "default") in STATIC_ROPE
+        self.table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin: (1, positions, dim)
+
+    def cos_sin(
+        self, x: torch.Tensor, position_ids: torch.Tensor, bound: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cos and sin at these positions (all below `bound`), in x's dtype."""
+        if not self.static:
+            return self.rotary(x, position_ids)
+        if self.table is None or self.table[0].shape[1] < bound:
+            span = max(bound, 2 * (0 if self.table is None else self.table[0].shape[1]), 256)
+            self.table = self.rotary(x, torch.arange(span, device=x.device)[None])
+        cos, sin = self.table
+        index = position_ids[0]
+        return cos[:, index].to(x.dtype), sin[:, index].to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _layer_weights(layer) -> tuple:
+    """What the lean forward reads of one decoder layer, in the order its loop unpacks."""
+    attention, mlp = layer.self_attn, layer.mlp
+    return (
+        layer.input_layernorm.weight,
+        attention.q_proj,
+        attention.k_proj,
+        attention.v_proj,
+        attention.o_proj,
+        attention.scaling,
+        layer.post_attention_layernorm.weight,
+        mlp.gate_proj.weight,
+        mlp.up_proj.weight,
+        mlp.down_proj.weight,
+    )
+
+
 class LeanDecoder:
-    """Called like the model it wraps (input_ids, position_ids, a 4D additive mask or None, a LeanCache)."""
+    """Called like the model it wraps (input_ids, position_ids, a 4D additive mask or None, a
+    LeanCache)."""
 
     def __init__(self, model):
         self.model = model
@@ -112,44 +132,23 @@ class LeanDecoder:
         self.eps = config.rms_norm_eps
         inner = model.model
         self.embed = inner.embed_tokens.weight
-        self.rotary = inner.rotary_emb
+        self.rotary = RotaryTable(inner.rotary_emb, config)
         self.norm = inner.norm.weight
-        # The tokens the draft may propose: its folder's draft_vocabulary.json where it has one (the loader's
-        # `draft_vocabulary`), else all. Its output layer then reads those rows alone, a fraction of the bytes;
-        # every other token scores -inf, a token the draft never writes (context lookup still copies any).
+        # The tokens the draft may propose: its folder's draft_vocabulary.json where it has one (the
+        # loader's `draft_vocabulary`), else all. Its output layer then reads those rows alone, a
+        # fraction of the bytes; every other token scores -inf, a token the draft never writes
+        # (context lookup still copies any).
         self.vocab_size = model.lm_head.weight.shape[0]
         self.head = model.lm_head.weight
         self.vocabulary = getattr(model, "draft_vocabulary", None)
         if self.vocabulary is not None:  # on the head's device once, not on every forward
             self.vocabulary = self.vocabulary.to(self.head.device)
             self.head = self.head[self.vocabulary].contiguous()
-        self.layers = []
-        self.narrow_rows = (
-            False  # forwards of up to NARROW_ROWS rows multiply by int8 copies of the weights
-        )
+        self.layers = [_layer_weights(layer) for layer in inner.layers]
+        # forwards of up to NARROW_ROWS rows multiply by int8 copies of the weights
+        self.narrow_rows = False
         self.narrow: dict[int, tuple] = {}  # layer index -> its int8 layers (see _narrow_layers)
         self.narrow_head: Int8Linear | None = None
-        self.rope_table: tuple[torch.Tensor, torch.Tensor] | None = (
-            None  # cos, sin: (1, positions, head_dim)
-        )
-        rope = getattr(config, "rope_parameters", None) or {}
-        self.static_rope = rope.get("rope_type", "default") in STATIC_ROPE
-        for layer in inner.layers:
-            attention, mlp = layer.self_attn, layer.mlp
-            self.layers.append(
-                (
-                    layer.input_layernorm.weight,
-                    attention.q_proj,
-                    attention.k_proj,
-                    attention.v_proj,
-                    attention.o_proj,
-                    attention.scaling,
-                    layer.post_attention_layernorm.weight,
-                    mlp.gate_proj.weight,
-                    mlp.up_proj.weight,
-                    mlp.down_proj.weight,
-                )
-            )
 
     @property
     def dtype(self):
@@ -164,59 +163,22 @@ class LeanDecoder:
         )
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if (
-            x.dtype == torch.float32 and weight.dtype == torch.float32
-        ):  # one op for seven: 40% less time per norm
+        # one op for seven: 40% less time per norm
+        if x.dtype == torch.float32 and weight.dtype == torch.float32:
             return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
-        # As transformers' LlamaRMSNorm: in float32, then back to the input's dtype before the weight.
+        # As transformers' LlamaRMSNorm: in float32, then back to the input's dtype before the
+        # weight.
         x32 = x.float()
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(
             x.dtype
         )
 
     def _narrow_layers(self, i: int) -> tuple:
-        """Layer i's int8 layers for narrow forwards, made on first use: q, k and v as one (a missing bias of
-        Qwen2's three adds zeros), the output projection, gate and up as one, down."""
+        """Layer i's int8 layers for narrow forwards (see int8_layers), made on first use."""
         layers = self.narrow.get(i)
         if layers is None:
-            _, q, k, v, o, _, _, gate, up, down = self.layers[i]
-            qkv_bias = None
-            if any(p.bias is not None for p in (q, k, v)):
-                qkv_bias = torch.cat(
-                    [
-                        p.weight.new_zeros(p.out_features) if p.bias is None else p.bias
-                        for p in (q, k, v)
-                    ]
-                )
-            layers = self.narrow[i] = (
-                Int8Linear(torch.cat([q.weight, k.weight, v.weight]), qkv_bias),
-                Int8Linear(o.weight, o.bias),
-                Int8Linear(torch.cat([gate, up])),
-                Int8Linear(down),
-            )
+            layers = self.narrow[i] = int8_layers(self.layers[i])
         return layers
-
-    def _rotary(
-        self, x: torch.Tensor, position_ids: torch.Tensor, bound: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model's rotary cos and sin at these positions (all below `bound`). Rotary kinds that do not depend
-        on the sequence's length are read from a table of positions (the same values: each is one product and a
-        cos or sin), which spares a few ops per forward and never reads the positions back from the device."""
-        if not self.static_rope:
-            return self.rotary(x, position_ids)
-        if self.rope_table is None or self.rope_table[0].shape[1] < bound:
-            span = max(
-                bound, 2 * (0 if self.rope_table is None else self.rope_table[0].shape[1]), 256
-            )
-            self.rope_table = self.rotary(x, torch.arange(span, device=x.device)[None])
-        cos, sin = self.rope_table
-        index = position_ids[0]
-        return cos[:, index].to(x.dtype), sin[:, index].to(x.dtype)
-
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
     @torch.no_grad()
     def __call__(
@@ -233,15 +195,21 @@ class LeanDecoder:
         n, past = input_ids.shape[1], cache.length
         cache.reserve(past + n)
         x = F.embedding(input_ids, self.embed)  # (1, n, hidden)
-        cos, sin = self._rotary(
-            x, position_ids, past + 2 * n
-        )  # a branch sits at most n positions further on
-        cos, sin = cos[:, None], sin[:, None]  # (1, 1, n, head_dim)
+        # a branch sits at most n positions further on
+        cos, sin = self.rotary.cos_sin(x, position_ids, past + 2 * n)
         mask = attention_mask
-        if (
-            mask is None and n > 1
-        ):  # a causal run after the cache (sdpa's is_causal aligns top-left)
+        if mask is None and n > 1:
+            # a causal run after the cache (sdpa's is_causal aligns top-left)
             mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(past)
+        x = self._layers_forward(x, cos[:, None], sin[:, None], mask, cache)
+        cache.length = past + n
+        kept = x[:, -logits_to_keep:] if logits_to_keep else x
+        return LeanOutput(self._logits(self._rms(kept, self.norm)))
+
+    def _layers_forward(self, x, cos, sin, mask, cache: LeanCache) -> torch.Tensor:
+        """The hidden states after every layer, each layer's keys and values written to the cache
+        after its first `cache.length` positions; cos and sin are (1, 1, n, head_dim)."""
+        n, past = x.shape[1], cache.length
         gqa = self.kv_heads != self.heads
         narrow = self.narrow_rows and n <= NARROW_ROWS
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
@@ -257,15 +225,13 @@ class LeanDecoder:
             q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
             k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-            keys, values = (
-                cache.buffer[i, 0],
-                cache.buffer[i, 1],
-            )  # (1, kv_heads, capacity, head_dim)
-            keys[:, :, past : past + n] = self._rotate(k, cos, sin)
+            # (1, kv_heads, capacity, head_dim)
+            keys, values = cache.buffer[i, 0], cache.buffer[i, 1]
+            keys[:, :, past : past + n] = _rotate(k, cos, sin)
             values[:, :, past : past + n] = v
             attended = (
                 F.scaled_dot_product_attention(
-                    self._rotate(q, cos, sin),
+                    _rotate(q, cos, sin),
                     keys[:, :, : past + n],
                     values[:, :, : past + n],
                     attn_mask=mask,
@@ -284,17 +250,17 @@ class LeanDecoder:
                 x = x + F.linear(attended, o_proj.weight, o_proj.bias)
                 h = self._rms(x, norm2)
                 x = x + F.linear(F.silu(F.linear(h, gate)) * F.linear(h, up), down)
-        cache.length = past + n
-        kept = x[:, -logits_to_keep:] if logits_to_keep else x
-        h = self._rms(kept, self.norm)
+        return x
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The output layer on the final-normed rows h: the int8 head for up to NARROW_ROWS rows,
+        logits over the draft's vocabulary placed in a row over all tokens, -inf for the rest."""
         if self.narrow_rows and h.shape[-2] <= NARROW_ROWS:
             if self.narrow_head is None:
                 self.narrow_head = Int8Linear(self.head)
-            return LeanOutput(self._full_width(self.narrow_head(h)))
-        return LeanOutput(self._full_width(F.linear(h, self.head)))
-
-    def _full_width(self, logits: torch.Tensor) -> torch.Tensor:
-        """Logits over the draft's vocabulary placed in a row over all tokens, -inf for the rest."""
+            logits = self.narrow_head(h)
+        else:
+            logits = F.linear(h, self.head)
         if self.vocabulary is None:
             return logits
         full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
@@ -315,10 +281,40 @@ def _shaped_like_llama(model) -> bool:
     return all(hasattr(inner, name) for name in ("embed_tokens", "rotary_emb", "norm", "layers"))
 
 
+def _check_logits(decoder: LeanDecoder, ids: torch.Tensor, positions: torch.Tensor):
+    """The decoder's logits on the check's input, on a fresh cache, over the tokens the draft may
+    propose."""
+    logits = decoder(
+        input_ids=ids,
+        position_ids=positions,
+        attention_mask=None,
+        past_key_values=decoder.new_cache(),
+    ).logits
+    return logits if decoder.vocabulary is None else logits[..., decoder.vocabulary]
+
+
+def _take_int8_rows(decoder: LeanDecoder, ids, positions, expected: torch.Tensor) -> None:
+    """Turns the decoder's int8 rows on if its int8 forward of the check's 8 rows gives the model's
+    logits up to that rounding: the same model (a broken kernel is far off)."""
+    decoder.narrow_rows = True
+    try:
+        narrow = _check_logits(decoder, ids, positions)
+        scale = 1 + expected.abs().max().item()
+        decoder.narrow_rows = bool(
+            torch.allclose(narrow, expected, atol=INT8_TOLERANCE * scale, rtol=0)
+        )
+    except RuntimeError:
+        decoder.narrow_rows = False
+    if not decoder.narrow_rows:
+        # failed: drop the int8 layers the check built (passed, the drafts use them)
+        decoder.narrow.clear()
+        decoder.narrow_head = None
+
+
 def lean_draft(model, exact: bool = False):
-    """A LeanDecoder for `model` if it is a plain Llama-family model and matches the model's own logits on a
-    short input; else None (the caller keeps transformers' forward). exact: never read int8 weights (a
-    model drafting for itself must propose exactly its own tokens)."""
+    """A LeanDecoder for `model` if it is a plain Llama-family model and matches the model's own
+    logits on a short input; else None (the caller keeps transformers' forward). exact: never read
+    int8 weights (a model drafting for itself must propose exactly its own tokens)."""
     if not _shaped_like_llama(model):
         return None
     from transformers import DynamicCache
@@ -335,67 +331,17 @@ def lean_draft(model, exact: bool = False):
             past_key_values=DynamicCache(config=model.config),
             use_cache=True,
         ).logits
-    got = decoder(
-        input_ids=ids,
-        position_ids=positions,
-        attention_mask=None,
-        past_key_values=decoder.new_cache(),
-    ).logits
-    if (
-        decoder.vocabulary is not None
-    ):  # the tokens the draft may propose: the model's own logits there
-        got, expected = got[..., decoder.vocabulary], expected[..., decoder.vocabulary]
-    # Same arithmetic, so the same logits up to the order of float sums; anything more is a different model.
+    got = _check_logits(decoder, ids, positions)
+    if decoder.vocabulary is not None:
+        # the tokens the draft may propose: the model's own logits there
+        expected = expected[..., decoder.vocabulary]
+    # Same arithmetic, so the same logits up to the order of float sums; anything more is a
+    # different model.
     tolerance = 1e-4 if model.dtype == torch.float32 else 5e-2
     if not torch.allclose(
         got.float(), expected.float(), atol=tolerance * (1 + expected.abs().max().item()), rtol=0
     ):
         return None
     if not exact and model.dtype == torch.float32 and int8_kernel_fits(decoder):
-        decoder.narrow_rows = True
-        try:  # the int8 forward of the same 8 rows: rounded, but the same model (a broken kernel is far off)
-            narrow = decoder(
-                input_ids=ids,
-                position_ids=positions,
-                attention_mask=None,
-                past_key_values=decoder.new_cache(),
-            ).logits
-            if decoder.vocabulary is not None:
-                narrow = narrow[..., decoder.vocabulary]
-            scale = 1 + expected.abs().max().item()
-            decoder.narrow_rows = bool(
-                torch.allclose(narrow, expected, atol=INT8_TOLERANCE * scale, rtol=0)
-            )
-        except RuntimeError:
-            decoder.narrow_rows = False
-        if (
-            not decoder.narrow_rows
-        ):  # failed: drop the int8 layers the check built (passed, the drafts use them)
-            decoder.narrow.clear()
-            decoder.narrow_head = None
+        _take_int8_rows(decoder, ids, positions, expected)
     return decoder
-
-
-# The int8 forward's logits on lean_draft's 8-token check, as a share of 1 + the largest logit: measured 0.02 on the
-# tiny test models and 0.01 on the embedded draft; a wrong kernel or layout gives errors of the logits' own size.
-INT8_TOLERANCE = 0.1
-
-
-def int8_kernel_fits(decoder: LeanDecoder) -> bool:
-    """Whether the draft's narrow forwards may take torch's int8 kernel: on a CPU, with the input widths of the
-    matrices it would hold (hidden size, attention width, MLP width) multiples of 16, where the kernel's AVX-512
-    and AVX2 paths run (it reads past a row's end otherwise), on a torch that has it; elsewhere (Windows builds,
-    CPUs without AVX2) it falls back to a scalar loop far slower than float32."""
-    down = decoder.layers[0][-1]
-    widths = (decoder.embed.shape[1], decoder.heads * decoder.head_dim, down.shape[1])
-    vectorised = torch.backends.cpu.get_cpu_capability() in (
-        "AVX2",
-        "AVX512",
-    ) or platform.machine() in ("arm64", "aarch64")
-    return (
-        decoder.embed.device.type == "cpu"
-        and hasattr(torch.ops.aten, "_weight_int8pack_mm")
-        and sys.platform != "win32"
-        and vectorised
-        and all(width % 16 == 0 for width in widths)
-    )
