@@ -22,8 +22,6 @@ from .verify import Verdict, forward_tree, input_device, row_positions, walk_tre
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
-    from .engine import Engine
-
 
 @dataclass(eq=False)
 class Request:
@@ -137,9 +135,11 @@ def _sync(device: torch.device) -> None:
 
 
 class DecodeLoop:
-    """One request decoded by the engine's target with one drafter and one sampler."""
+    """One request decoded by the engine's target with one drafter and one sampler. The engine
+    (engine.Engine) lends its target and draft, tokenizer, end-of-sequence ids, vocabulary bounds
+    and token texts."""
 
-    def __init__(self, engine: Engine, drafter, sampler: Sampler):
+    def __init__(self, engine, drafter, sampler: Sampler):
         self.engine, self.drafter, self.sampler = engine, drafter, sampler
 
     # inference_mode: no autograd bookkeeping in any op (no_grad still bumps version counters), a

@@ -1,10 +1,12 @@
 """How the code is laid out, checked so it stays that way: the engine imports no UI and none of its
-workbench, no import goes round in a circle, and no module or function outgrows a reader's head."""
+workbench, no import goes round in a circle, no module, class or function outgrows a reader's head,
+and ruff's layout and checks (ruff.toml: lines of at most 100 characters) hold everywhere."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +14,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "ouroboros_core"
 MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 150
+MAX_FUNCTION_LINES = 50  # the engine, the app and the workbench
+MAX_TEST_FUNCTION_LINES = 60  # a test reads top to bottom: its set-up, its action, its checks
 
 
 def python_files() -> list[Path]:
-    """The repository's Python files: what git tracks, and new files it does not ignore (never a .venv)."""
+    """The repository's Python files: what git tracks, and new files it does not ignore (never a
+    .venv)."""
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
         cwd=ROOT,
@@ -88,13 +93,13 @@ def test_the_engine_imports_neither_gradio_nor_the_app_nor_its_workbench():
         imported = imports_of(path)
         roots = {m.split(".")[0] for m in imported}
         if name.startswith("ouroboros_core.tools"):
-            # The workbench may talk to a running app as any client does (the soak), never import it.
+            # The workbench may talk to a running app as any client does (the soak), never import
+            # it.
             assert not roots & {"gradio", "app", "ui"}, f"{name} imports the app"
             continue
         assert not roots & {"gradio", "gradio_client", "app", "ui"}, f"{name} imports the UI"
-        if (
-            name != "ouroboros_core.__main__"
-        ):  # the CLI's bench command runs the workbench's benchmark
+        # the CLI's bench command runs the workbench's benchmark
+        if name != "ouroboros_core.__main__":
             assert not any(m.startswith("ouroboros_core.tools") for m in imported), (
                 f"{name} imports the workbench"
             )
@@ -106,44 +111,93 @@ def test_no_module_is_too_long():
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
+def function_limit(path: Path) -> int:
+    return (
+        MAX_TEST_FUNCTION_LINES
+        if path.relative_to(ROOT).parts[0] == "tests"
+        else MAX_FUNCTION_LINES
+    )
+
+
 def test_no_function_is_too_long():
+    long = [
+        f"{path.relative_to(ROOT)}:{line} {name} ({lines} lines, at most {function_limit(path)})"
+        for path in python_files()
+        for line, name, lines in definition_lengths(path.read_text())
+        if lines > function_limit(path)
+    ]
+    assert not long, f"functions over their limit: {long}"
+
+
+def test_no_class_is_too_long():
     long = [
         f"{path.relative_to(ROOT)}:{line} {name} ({lines} lines)"
         for path in python_files()
-        for line, name, lines in function_lengths(path.read_text())
-        if lines > MAX_FUNCTION_LINES
+        for line, name, lines in definition_lengths(path.read_text(), ast.ClassDef)
+        if lines > MAX_CLASS_LINES
     ]
-    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+    assert not long, f"classes over {MAX_CLASS_LINES} lines: {long}"
 
 
-def function_lengths(source: str) -> list[tuple[int, str, int]]:
-    """(line, name, length) of every def and async def: methods, nested ones and ones that share a name each
-    count on their own, so a short definition never hides a long one of the same name."""
+def definition_lengths(source: str, kinds=(ast.FunctionDef, ast.AsyncFunctionDef)):
+    """(line, name, length) of every definition of these kinds (by default def and async def):
+    methods, nested ones and ones that share a name each count on their own, so a short definition
+    never hides a long one of the same name. A length runs from the def (or class) line to its last
+    line; decorators are not counted."""
     return [
         (node.lineno, node.name, node.end_lineno - node.lineno + 1)
         for node in ast.walk(ast.parse(source))
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if isinstance(node, kinds)
     ]
 
 
+def ruff(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *args], cwd=cwd, capture_output=True, text=True
+    )
+
+
+def test_ruff_lays_out_and_checks_the_code():
+    # The project's style is ruff's: `ruff format` layout and `ruff check` (pyflakes, pycodestyle,
+    # lines of at most 100 characters), both read from ruff.toml.
+    layout = ruff("format", "--check", ".")
+    assert layout.returncode == 0, "not in ruff format's layout (run `ruff format .`):\n" + (
+        layout.stdout + layout.stderr
+    )
+    checks = ruff("check", "--output-format", "concise", ".")
+    assert checks.returncode == 0, "ruff check:\n" + checks.stdout + checks.stderr
+
+
 def test_the_readers_see_relative_imports_and_count_lines(tmp_path):
-    # The checks above must be able to fail: a relative import inside a function is read and resolved,
-    # and a 71-line function is counted as 71 lines.
+    # The checks above must be able to fail: a relative import inside a function is read and
+    # resolved, and a 71-line function is counted as 71 lines.
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "a.py").write_text("def f():\n    from .b import g\n    from .. import other\n")
     assert {"pkg.b", "pkg.b.g", "other"} <= imports_of(package / "a.py", tmp_path)
-    assert function_lengths("def f():\n" + "    x = 1\n" * 70) == [(1, "f", 71)]
-    # A long definition among short ones of the same name, top-level, nested and as a method, is still read.
+    assert definition_lengths("def f():\n" + "    x = 1\n" * 70) == [(1, "f", 71)]
+    # A long definition among short ones of the same name, top-level, nested and as a method, is
+    # still read; a class counts from its line to its last.
     source = (
         "def f():\n    def f():\n        pass\n\n\nclass C:\n    async def f(self):\n"
         + "        x = 1\n" * 70
         + "\n\ndef f():\n    pass\n"
     )
-    assert sorted(function_lengths(source)) == [
-        (1, "f", 3),
-        (2, "f", 2),
-        (7, "f", 71),
-        (80, "f", 2),
-    ]
+    lengths = [(1, "f", 3), (2, "f", 2), (7, "f", 71), (80, "f", 2)]
+    assert sorted(definition_lengths(source)) == lengths
+    assert definition_lengths(source, ast.ClassDef) == [(6, "C", 72)]
+    assert function_limit(ROOT / "tests" / "test_x.py") == MAX_TEST_FUNCTION_LINES
+    assert function_limit(ROOT / "ouroboros_core" / "engine.py") == MAX_FUNCTION_LINES
+
+
+def test_ruff_reads_the_projects_rules(tmp_path):
+    # The ruff check above must be able to fail: with the project's ruff.toml, a 101-character
+    # line and a layout ruff would change are both refused.
+    (tmp_path / "ruff.toml").write_text((ROOT / "ruff.toml").read_text())
+    (tmp_path / "long.py").write_text("x = '" + "a" * 95 + "'\n")
+    assert len((tmp_path / "long.py").read_text().splitlines()[0]) == 101
+    checked = ruff("check", "--output-format", "concise", ".", cwd=tmp_path)
+    assert checked.returncode == 1 and "E501" in checked.stdout, checked.stdout + checked.stderr
+    (tmp_path / "long.py").write_text("x = [1,2]\n")
+    assert ruff("format", "--check", ".", cwd=tmp_path).returncode == 1
