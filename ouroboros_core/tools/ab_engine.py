@@ -1,11 +1,14 @@
-"""The engine at another git revision against this one, in one process, on the same models and prompts.
+"""The engine at another git revision against this one, in one process, on the same models and
+prompts.
 
     python3 -m ouroboros_core.tools.ab_engine --rev 68a2132 --out docs/bench-runs/layout-ab.json
-    python3 -m ouroboros_core.tools.ab_engine --rev HEAD --old-draft RUN/draft   # a draft against its successor
+    # a draft against its successor:
+    python3 -m ouroboros_core.tools.ab_engine --rev HEAD --old-draft RUN/draft
 
-Separate benchmark runs drift with the machine; here the two engines alternate prompt by prompt (the order
-flips every prompt and round), share the loaded target and draft, and must write the same tokens. Printed:
-old time over new time, in total and as the median of per-prompt ratios (above 1: this revision is faster).
+Separate benchmark runs drift with the machine; here the two engines alternate prompt by prompt (the
+order flips every prompt and round), share the loaded target and draft, and must write the same
+tokens. Printed: old time over new time, in total and as the median of per-prompt ratios (above 1:
+this revision is faster).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def engine_class_at(rev: str, folder: Path):
-    """Engine as it was at `rev`, imported as the package `ouroboros_rev` (the engine imports relatively)."""
+    """Engine as it was at `rev`, imported as the package `ouroboros_rev` (the engine imports
+    relatively)."""
     archive = subprocess.run(
         ["git", "archive", rev, "ouroboros_core"], cwd=ROOT, capture_output=True, check=True
     ).stdout
@@ -49,11 +53,11 @@ def alternate(
     rounds: int,
     sampling: dict | None = None,
 ) -> dict:
-    """sampling: temperature, top_p and a first seed; prompt i samples with seed + i in both revisions."""
+    """sampling: temperature, top_p and a first seed; prompt i samples with seed + i in both
+    revisions."""
     seconds = {name: [] for name in engines}
-    forwards = {
-        name: 0 for name in engines
-    }  # target forwards, first round: equal where drafting did not change
+    # target forwards, first round: equal where drafting did not change
+    forwards = {name: 0 for name in engines}
     for round_index in range(rounds):
         for index, prompt in enumerate(prompts):
             order = list(engines) if (index + round_index) % 2 == 0 else list(engines)[::-1]
@@ -78,7 +82,7 @@ def alternate(
     }
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -115,7 +119,59 @@ def main(argv=None) -> int:
         "--target", default=None, help="a preset (default: the default pair; demo: the tiny one)"
     )
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def old_engine(args: argparse.Namespace, base, old_draft, folder: Path):
+    """The engine at --rev around the loaded target, old_draft and the same preset settings."""
+    engine_class = engine_class_at(args.rev, folder)
+    return engine_class(
+        base.target,
+        old_draft,
+        base.tokenizer,
+        name=base.name,
+        chat=base.chat,
+        defaults=base.defaults,
+    )
+
+
+def compare(args: argparse.Namespace, engines: dict, sampling: dict | None) -> dict:
+    """Every method of --methods alternated between the two engines; the report, printed as it
+    goes."""
+    prompts = [
+        item["prompt"]
+        for item in (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)
+    ]
+    for engine in engines.values():
+        engine.generate(prompts[0], "ouroboros", 16)  # warm-up
+    report = {
+        "rev": args.rev,
+        "head": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip(),
+        "prompts": len(prompts),
+        "prompt_set": "heldout" if args.heldout else "humaneval",
+        "max_new_tokens": args.max_new_tokens,
+        "sampling": sampling,
+        "old_draft": str(args.old_draft) if args.old_draft else None,
+        "methods": {},
+    }
+    for method in args.methods.split(","):
+        report["methods"][method] = alternate(
+            engines, prompts, method, args.max_new_tokens, args.rounds, sampling
+        )
+        result = report["methods"][method]
+        print(
+            f"{method}: old/new {result['old_over_new_total']} in total, "
+            f"{result['old_over_new_median']} median per prompt ({result['runs']} runs); "
+            f"target forwards old {result['forwards']['old']}, new {result['forwards']['new']}",
+            flush=True,
+        )
+    return report
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     sampling = (
         {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
         if args.temperature
@@ -128,45 +184,8 @@ def main(argv=None) -> int:
             args.old_draft, base.target.device, base.target.dtype, trust_remote_code=False
         )
     with tempfile.TemporaryDirectory() as folder:
-        old_engine = engine_class_at(args.rev, Path(folder))
-        old = old_engine(
-            base.target,
-            old_draft,
-            base.tokenizer,
-            name=base.name,
-            chat=base.chat,
-            defaults=base.defaults,
-        )  # the same preset settings
-        engines = {"new": base, "old": old}
-        prompts = [
-            item["prompt"]
-            for item in (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)
-        ]
-        for engine in engines.values():
-            engine.generate(prompts[0], "ouroboros", 16)  # warm-up
-        report = {
-            "rev": args.rev,
-            "head": subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-            ).stdout.strip(),
-            "prompts": len(prompts),
-            "prompt_set": "heldout" if args.heldout else "humaneval",
-            "max_new_tokens": args.max_new_tokens,
-            "sampling": sampling,
-            "old_draft": str(args.old_draft) if args.old_draft else None,
-            "methods": {},
-        }
-        for method in args.methods.split(","):
-            report["methods"][method] = alternate(
-                engines, prompts, method, args.max_new_tokens, args.rounds, sampling
-            )
-            result = report["methods"][method]
-            print(
-                f"{method}: old/new {result['old_over_new_total']} in total, "
-                f"{result['old_over_new_median']} median per prompt ({result['runs']} runs); target forwards "
-                f"old {result['forwards']['old']}, new {result['forwards']['new']}",
-                flush=True,
-            )
+        old = old_engine(args, base, old_draft, Path(folder))
+        report = compare(args, {"new": base, "old": old}, sampling)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0

@@ -9,13 +9,15 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-REFERENCE = "hf_greedy"  # the speed reference; greedy outputs are checked against it, sampled ones against vanilla
+# The speed reference; greedy outputs are checked against it, sampled ones against vanilla.
+REFERENCE = "hf_greedy"
 HF_METHODS = {
     "hf_greedy": "transformers generate (greedy)",
     "hf_assisted": "transformers assisted generation",
     "hf_prompt_lookup": "transformers prompt lookup",
 }
-# The CPU features that decide how fast a CPU runs the models: the vector units and the matrix tiles.
+# The CPU features that decide how fast a CPU runs the models: the vector units and the matrix
+# tiles.
 SPEED_FLAGS = (
     "avx",
     "avx2",
@@ -32,7 +34,8 @@ SPEED_FLAGS = (
 
 
 def machine_description(engine) -> str:
-    """The device the target ran on, with what decides CPU speed: its vector unit (AVX-512 or AVX2) and threads."""
+    """The device the target ran on, with what decides CPU speed: its vector unit (AVX-512 or AVX2)
+    and threads."""
     import torch
 
     device = engine.target.device
@@ -46,8 +49,9 @@ def machine_description(engine) -> str:
 
 
 def provenance(engine) -> dict:
-    """Where a figure came from: the code (commit, and whether the tree had changes), when, on what CPU and
-    libraries, and the command that made it. Local facts only; nothing here touches the network."""
+    """Where a figure came from: the code (commit, and whether the tree had changes), when, on what
+    CPU and libraries, and the command that made it. Local facts only; nothing here touches the
+    network."""
     import torch
     import transformers
 
@@ -71,7 +75,8 @@ def provenance(engine) -> dict:
         fields.setdefault(key.strip(), value.strip())  # the first processor speaks for all
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
     commit = git("rev-parse", "HEAD")
-    # `python -m ouroboros_core` leaves the package's __main__.py in argv[0]: record the command as typed.
+    # `python -m ouroboros_core` leaves the package's __main__.py in argv[0]: record the command as
+    # typed.
     argv = (
         ["python3", "-m", "ouroboros_core", *sys.argv[1:]]
         if sys.argv[0].endswith("__main__.py")
@@ -94,8 +99,9 @@ def provenance(engine) -> dict:
 
 
 def lossless_cell(method: str, row: dict, report: dict) -> str:
-    """The verdicts of this method's outputs against the reference's: yes, yes (N float ties or rounding
-    boundaries), or NO (N mismatches); transformers' sampled rows differ by design (its own sampler)."""
+    """The verdicts of this method's outputs against the reference's: yes, yes (N float ties or
+    rounding boundaries), or NO (N mismatches); transformers' sampled rows differ by design (its own
+    sampler)."""
     sampling = report.get("sampling")
     if method == report.get("checked_against", REFERENCE):
         return "reference"
@@ -126,8 +132,8 @@ def markdown_table(report: dict) -> str:
         f"max_new_tokens {report['max_new_tokens']}, {how}, "
         f"pair `{report['pair']}` in {report.get('dtype', 'float32')}, on {report['machine']}",
         "",
-        "| method | tok/s | median tok/s | speedup | median speedup | x engine vanilla (median) | tokens/forward | "
-        "acceptance | draft share | lossless |",
+        "| method | tok/s | median tok/s | speedup | median speedup | x engine vanilla (median) | "
+        "tokens/forward | acceptance | draft share | lossless |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     fmt = lambda v, f="{:.2f}": "" if v is None else f.format(v)  # noqa: E731
@@ -142,7 +148,8 @@ def markdown_table(report: dict) -> str:
         )
         lines.append(
             f"| {row['label']} | {row['tokens_per_s']:.1f} | {row['median_tokens_per_s']:.1f} | "
-            f"{fmt(row['speedup'], '{:.2f}x')}{expected} | {fmt(row['median_speedup'], '{:.2f}x')} | {over} | "
+            f"{fmt(row['speedup'], '{:.2f}x')}{expected} | "
+            f"{fmt(row['median_speedup'], '{:.2f}x')} | {over} | "
             f"{fmt(row.get('tokens_per_forward'))} | {fmt(row.get('acceptance_rate'), '{:.0%}')} | "
             f"{fmt(row.get('draft_share'), '{:.0%}')} | {lossless_cell(method, row, report)} |"
         )

@@ -1,11 +1,13 @@
-"""What one target forward costs by its number of rows, with torch's own linear layers and with packed ones.
+r"""What one target forward costs by its number of rows, with torch's own linear layers and with
+packed ones.
 
-    python3 -m ouroboros_core.tools.forward_costs --target smollm2 --threads 2 --out docs/bench-runs/forward-costs.json
+    python3 -m ouroboros_core.tools.forward_costs --target smollm2 --threads 2 \
+        --out docs/bench-runs/forward-costs.json
 
-A verification forward feeds the token the target has not seen plus the draft's trunk and branches: its cost
-against a one-row (vanilla) forward decides what every accepted token is worth. Each row count is timed on a
-KV cache of `--past` tokens, stock and packed in turn, `--repeats` times; the medians and their ratio to the
-one-row stock forward are printed and saved.
+A verification forward feeds the token the target has not seen plus the draft's trunk and branches:
+its cost against a one-row (vanilla) forward decides what every accepted token is worth. Each row
+count is timed on a KV cache of `--past` tokens, stock and packed in turn, `--repeats` times; the
+medians and their ratio to the one-row stock forward are printed and saved.
 """
 
 from __future__ import annotations
@@ -33,24 +35,14 @@ def timed_forward(model, cache, past: int, rows: int, generator) -> float:
     return seconds
 
 
-def measure(target: str, threads: int, past: int, repeats: int) -> dict:
-    """The table, with where it came from (bench_report.provenance)."""
+def forward_medians(model, past: int, repeats: int) -> dict[tuple[str, int], float]:
+    """(kind, rows) -> the median milliseconds of that forward, stock and packed in turn, on a KV
+    cache of `past` random tokens."""
     import torch
     from transformers import DynamicCache
 
-    from ouroboros_core import load_engine
-    from ouroboros_core.packed import pack_linears, unpacked
-    from ouroboros_core.tools.bench_report import provenance
+    from ouroboros_core.packed import unpacked
 
-    torch.set_num_threads(threads)
-    engine = load_engine(target, device="cpu", dtype="float32")
-    model = engine.target
-    if not pack_linears(
-        model, min_parameters=0
-    ):  # a small target too: the table says whether it would gain
-        raise SystemExit(
-            "the target cannot be packed (not float32 on a CPU, or oneDNN's check failed)"
-        )
     generator = torch.Generator().manual_seed(0)
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
@@ -65,7 +57,26 @@ def measure(target: str, threads: int, past: int, repeats: int) -> dict:
                 with unpacked(model):
                     times["stock", rows].append(timed_forward(model, cache, past, rows, generator))
                 times["packed", rows].append(timed_forward(model, cache, past, rows, generator))
-    ms = {key: 1000 * statistics.median(seen) for key, seen in times.items()}
+    return {key: 1000 * statistics.median(seen) for key, seen in times.items()}
+
+
+def measure(target: str, threads: int, past: int, repeats: int) -> dict:
+    """The table, with where it came from (bench_report.provenance)."""
+    import torch
+
+    from ouroboros_core import load_engine
+    from ouroboros_core.packed import pack_linears
+    from ouroboros_core.tools.bench_report import provenance
+
+    torch.set_num_threads(threads)
+    engine = load_engine(target, device="cpu", dtype="float32")
+    model = engine.target
+    # a small target too: the table says whether it would gain
+    if not pack_linears(model, min_parameters=0):
+        raise SystemExit(
+            "the target cannot be packed (not float32 on a CPU, or oneDNN's check failed)"
+        )
+    ms = forward_medians(model, past, repeats)
     one = ms["stock", 1]
     table = [
         {

@@ -1,14 +1,18 @@
-"""Ouroboros over vanilla as the app's `/race` measures it, through gradio_client, on HumanEval prompts.
+"""Ouroboros over vanilla as the app's `/race` measures it, through gradio_client, on HumanEval
+prompts.
 
     python3 -m ouroboros_core.tools.race_ratio --max-new-tokens 32,128 --rounds 3 --out race.json
-    python3 -m ouroboros_core.tools.race_ratio --url http://127.0.0.1:7860/          # an app already running
-    python3 -m ouroboros_core.tools.race_ratio --neighbour --rounds 3 --max-new-tokens 128  # quiet, then busy
+    # an app already running:
+    python3 -m ouroboros_core.tools.race_ratio --url http://127.0.0.1:7860/
+    # quiet, then busy:
+    python3 -m ouroboros_core.tools.race_ratio --neighbour --rounds 3 --max-new-tokens 128
 
-Each race's lanes report their own compute seconds (the race interleaves them on one device); printed per
-length and round: the total ratio, the median of per-prompt ratios, and how many races wrote identical tokens.
-Compare with the benchmark's Ouroboros over its vanilla. With --neighbour every round runs twice: on the quiet
-machine, then beside another torch job with its default threads (a loop of matrix products), as a laptop's
-browser or a Space's neighbours load the machine while a visitor watches.
+Each race's lanes report their own compute seconds (the race interleaves them on one device);
+printed per length and round: the total ratio, the median of per-prompt ratios, and how many races
+wrote identical tokens. Compare with the benchmark's Ouroboros over its vanilla. With --neighbour
+every round runs twice: on the quiet machine, then beside another torch job with its default threads
+(a loop of matrix products), as a laptop's browser or a Space's neighbours load the machine while a
+visitor watches.
 """
 
 from __future__ import annotations
@@ -60,8 +64,10 @@ def rounds(url: str, prompts: list[str], lengths: list[int], count: int, neighbo
                 key = f"{n} busy" if busy else str(n)
                 report.setdefault(key, []).append(figures)
                 print(
-                    f"{key} tokens, round {round_index + 1}: Ouroboros/vanilla {figures['total']}x in total, "
-                    f"{figures['median']}x median per prompt, {figures['identical']}/{figures['races']} identical",
+                    f"{key} tokens, round {round_index + 1}: "
+                    f"Ouroboros/vanilla {figures['total']}x in total, "
+                    f"{figures['median']}x median per prompt, "
+                    f"{figures['identical']}/{figures['races']} identical",
                     flush=True,
                 )
     return report
