@@ -1,8 +1,9 @@
 """Ouroboros race: vanilla decoding and Ouroboros side by side, from one engine on one device.
 
 This file makes the app's shared objects, lays the page out and wires its events. The page's
-handlers live in ui/handlers.py, a race on the device and /race's stream in ui/racing.py, the
-request checks in ui/guard.py, and the engine in ouroboros_core/.
+handlers live in ui/handlers.py, its settings panels in ui/settings.py, a race on the device and
+/race's stream in ui/racing.py, the request checks in ui/guard.py, and the engine in
+ouroboros_core/.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ui.calibration import Calibration
 from ui.chart import chart_svg
 from ui.frames import RaceView
 from ui.guard import UNEXPECTED  # noqa: F401  (the tests' expected message)
-from ui.guard import KNOBS, SAMPLING, Limits, check_race, race_validator, room_line, shielded
+from ui.guard import Limits, check_race, race_validator, room_line, shielded
 from ui.handlers import LOAD_EVERY_S, LoadingView, RaceHandlers
 from ui.loading import PairLoader, load_pair, start_threads
 from ui.page import EXAMPLES, PROMPT_LABEL, pair_description, pair_settings
@@ -30,6 +31,7 @@ from ui.racing import Racing
 from ui.render import LANE_TITLES, TIMING_NOTE, legend_html
 from ui.replay import CHOICES
 from ui.sessions import Sessions
+from ui.settings import settings_panel
 from ui.threads import DeviceThread, quiet_when_idle
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -160,41 +162,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
         example_labels=[item["label"] for item in EXAMPLES],
         label="Examples: what each one shows",
     )
-    with gr.Row(elem_id="settings"):  # side by side; stacked on a phone (assets/style.css)
-        with gr.Accordion("Ouroboros parameters", open=False, elem_id="knobs"):
-            knob_sliders = {
-                name: gr.Slider(
-                    knob.page.low,
-                    knob.page.high,
-                    value=knob.default,
-                    step=1,
-                    label=knob.page.label,
-                    info=knob.page.info,
-                )
-                for name, knob in KNOBS.items()
-            }
-        with gr.Accordion("Sampling (greedy by default)", open=False, elem_id="sampling"):
-            temperature = gr.Slider(
-                *SAMPLING["temperature"][:2],
-                value=0.0,
-                step=0.05,
-                label="Temperature",
-                info="0: greedy. Above 0 both lanes sample, and still write the same text",
-            )
-            top_p = gr.Slider(
-                *SAMPLING["top_p"][:2],
-                value=1.0,
-                step=0.05,
-                label="Top-p",
-                info="sample from the smallest set of tokens holding this much probability",
-            )
-            seed = gr.Number(
-                0,
-                label="Seed",
-                elem_id="seed",  # unbounded: the validator says why
-                info="each position's draw comes from the seed and the position "
-                "alone; empty: a new one each race, shown after it",
-            )
+    knob_sliders, sampling_inputs = settings_panel()
     with gr.Row(elem_id="race-top", equal_height=True):  # where Run scrolls to (assets/lanes.js)
         legend = gr.HTML(legend_html(pair_settings()), elem_id="legend", scale=3)
         race_status = gr.HTML(elem_id="race-status", scale=2)  # queued (its place) or racing
@@ -261,9 +229,7 @@ with gr.Blocks(title="Ouroboros race") as demo:
         "prompt": prompt,
         "max_new_tokens": max_new,
         **knob_sliders,
-        "temperature": temperature,
-        "top_p": top_p,
-        "seed": seed,
+        **sampling_inputs,
         "with_speculative": speculative_lane,
         "colour": colour,
         "warm_pool": warm,

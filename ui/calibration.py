@@ -1,7 +1,8 @@
-"""What one step of each method costs on this server, measured apart from the race being shown: at warm-up, then
-a rolling median over the races the server finished before it. A race's expected speedup is its own tokens per
-target forward times these costs, so it predicts instead of restating the race's own step times, and where
-the measured figure differs the summary can say which step cost more than usual."""
+"""What one step of each method costs on this server, measured apart from the race being shown: at
+warm-up, then a rolling median over the races the server finished before it. A race's expected
+speedup is its own tokens per target forward times these costs, so it predicts instead of restating
+the race's own step times, and where the measured figure differs the summary can say which step cost
+more than usual."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ouroboros_core.race import Lane
 
 
 def step_ms(lane: Lane) -> float | None:
-    """A finished lane's mean milliseconds per step (drafting and the target's verify forward), or None."""
+    """A finished lane's mean milliseconds per step (drafting and the target's verify forward), or
+    None."""
     stats = lane.stats
     if stats is None or not stats.target_forwards or lane.done.stop_reason == "cancelled":
         return None
@@ -23,20 +25,23 @@ def step_ms(lane: Lane) -> float | None:
 
 @dataclass(frozen=True)
 class StepCosts:
-    """Median milliseconds per step, by method, over `races` earlier races (the warm-up counts as one)."""
+    """Median milliseconds per step, by method, over `races` earlier races (the warm-up counts as
+    one)."""
 
     step_ms: dict[str, float]
     races: int
 
     def ratio(self, method: str) -> float | None:
-        """One step of `method` against one vanilla step, or None where either was never measured."""
+        """One step of `method` against one vanilla step, or None where either was never
+        measured."""
         if method not in self.step_ms or not self.step_ms.get("vanilla"):
             return None
         return self.step_ms[method] / self.step_ms["vanilla"]
 
 
 class Calibration:
-    """The last `window` finished races' step costs, per method; thread-safe (races end on many threads)."""
+    """The last `window` finished races' step costs, per method; thread-safe (races end on many
+    threads)."""
 
     def __init__(self, window: int = 9):
         self._seen: dict[str, deque[float]] = {}
@@ -45,8 +50,8 @@ class Calibration:
         self._lock = threading.Lock()
 
     def add(self, lanes: dict[str, Lane], busy: bool = False) -> None:
-        """Count a finished race's steps (a stopped one, one that never reached a vanilla step, or one that met
-        a busy machine, whose steps took what the other job left them, is skipped)."""
+        """Count a finished race's steps (a stopped one, one that never reached a vanilla step, or
+        one that met a busy machine, whose steps took what the other job left them, is skipped)."""
         costs = {method: step_ms(lane) for method, lane in lanes.items()}
         if costs.get("vanilla") is None or busy:
             return
@@ -67,7 +72,8 @@ class Calibration:
             )
 
     def take(self, lanes: dict[str, Lane], busy: bool = False) -> StepCosts | None:
-        """The costs measured before this race, then this race counted for the next ones (unless `busy`)."""
+        """The costs measured before this race, then this race counted for the next ones (unless
+        `busy`)."""
         before = self.costs()
         self.add(lanes, busy)
         return before

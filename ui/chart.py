@@ -1,5 +1,6 @@
-"""The race chart, tokens over each lane's own clock, as inline SVG: drawn on the server in one piece, with
-round tick values spaced so that their labels never touch, on a wide screen or a phone."""
+"""The race chart, tokens over each lane's own clock, as inline SVG: drawn on the server in one
+piece, with round tick values spaced so that their labels never touch, on a wide screen or a
+phone."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import math
 
 from ouroboros_core.race import Lane
 
-# Two drawings of the same chart, the page shows one: a wide one, and a narrow one for phones, so that its
-# text keeps its size instead of shrinking with the screen (an SVG scales its text with its width).
+# Two drawings of the same chart, the page shows one: a wide one, and a narrow one for phones, so
+# that its text keeps its size instead of shrinking with the screen (an SVG scales its text with its
+# width).
 SIZES = {"wide": (860, 250, 5), "narrow": (380, 240, 4)}  # width, height, most ticks per axis
 LEFT, RIGHT, TOP, BOTTOM = 46, 16, 28, 36  # room for the axis labels and the legend
 COLOURS = {"vanilla": "#7f8c8d", "ouroboros": "#e8710a", "speculative": "#1a73e8"}
@@ -17,8 +19,8 @@ NAMES = {"vanilla": "Vanilla", "ouroboros": "Ouroboros", "speculative": "Specula
 
 
 def nice_ticks(high: float, most: int = 5, whole: bool = False) -> list[float]:
-    """Round values from 0 up to at least `high`, at most `most` + 1 of them, evenly spaced (1, 2, 2.5, 5 x 10^k;
-    whole: whole numbers only, so steps of 1, 2, 5 x 10^k and never below 1)."""
+    """Round values from 0 up to at least `high`, at most `most` + 1 of them, evenly spaced (1, 2,
+    2.5, 5 x 10^k; whole: whole numbers only, so steps of 1, 2, 5 x 10^k and never below 1)."""
     if high <= 0:
         return [0.0, 1.0]
     raw = high / most
@@ -35,8 +37,24 @@ def label(value: float) -> str:
 
 
 def chart_svg(lanes: dict[str, Lane]) -> str:
-    """Each lane's (seconds, tokens) trace as a line; an empty frame with axes when no race has run yet."""
+    """Each lane's (seconds, tokens) trace as a line; an empty frame with axes when no race has run
+    yet."""
     return f'<div class="chart-box">{"".join(drawing(lanes, kind) for kind in SIZES)}</div>'
+
+
+def legend_items(methods: list[str], right: float) -> list[str]:
+    """Each lane's colour and name above the plot, right-aligned at `right`, in the lanes' order."""
+    items = []
+    legend_x = right
+    for method in reversed(methods):
+        name = NAMES.get(method, method)
+        legend_x -= 14 + 8 * len(name)
+        items.append(
+            f'<g class="legend-item"><rect x="{legend_x}" y="{TOP - 20}" width="10" height="10" '
+            f'fill="{COLOURS.get(method, "#333")}"/><text x="{legend_x + 14}" y="{TOP - 11}">'
+            f"{html.escape(name)}</text></g>"
+        )
+    return items
 
 
 def drawing(lanes: dict[str, Lane], kind: str) -> str:
@@ -61,27 +79,22 @@ def drawing(lanes: dict[str, Lane], kind: str) -> str:
     ]
     for tick in x_ticks:
         parts.append(
-            f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+            f'<line class="grid" x1="{x(tick):.1f}" x2="{x(tick):.1f}" '
+            f'y1="{TOP}" y2="{TOP + plot_h}"/>'
             f'<text class="tick x" x="{x(tick):.1f}" y="{TOP + plot_h + 16}">{label(tick)}</text>'
         )
     for tick in y_ticks:
         parts.append(
-            f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
+            f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" '
+            f'y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
             f'<text class="tick y" x="{LEFT - 6}" y="{y(tick) + 4:.1f}">{label(tick)}</text>'
         )
     parts.append(
-        f'<text class="axis" x="{LEFT + plot_w / 2}" y="{height - 4}">seconds (each lane\'s own clock)'
+        f'<text class="axis" x="{LEFT + plot_w / 2}" y="{height - 4}">'
+        "seconds (each lane's own clock)"
         f'</text><text class="axis-y" x="4" y="{TOP - 12}">tokens</text>'
     )
-    legend_x = LEFT + plot_w
-    for method in reversed(list(traces)):
-        name = NAMES.get(method, method)
-        legend_x -= 14 + 8 * len(name)
-        parts.append(
-            f'<g class="legend-item"><rect x="{legend_x}" y="{TOP - 20}" width="10" height="10" '
-            f'fill="{COLOURS.get(method, "#333")}"/><text x="{legend_x + 14}" y="{TOP - 11}">'
-            f"{html.escape(name)}</text></g>"
-        )
+    parts.extend(legend_items(list(traces), LEFT + plot_w))
     for method, trace in traces.items():
         points = " ".join(f"{x(t):.1f},{y(n):.1f}" for t, n in trace)
         parts.append(

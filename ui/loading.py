@@ -1,5 +1,6 @@
-"""The model pair, loaded in the background while the page is already served: how far it has got, for the
-page and the log, and one sentence saying what to set when it fails. The server goes on serving either way."""
+"""The model pair, loaded in the background while the page is already served: how far it has got,
+for the page and the log, and one sentence saying what to set when it fails. The server goes on
+serving either way."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ CHECK_LOG = "The details are in the server's log (on a Space: its Logs tab)."
 
 
 def pair_from_env() -> tuple[str, str | None]:
-    """The pair the host chose (a Space's variables; never the page): a preset, or a target and draft."""
+    """The pair the host chose (a Space's variables; never the page): a preset, or a target and
+    draft."""
     if os.environ.get("OUROBOROS_TARGET"):
         if not os.environ.get("OUROBOROS_DRAFT"):
             raise LoadError(
@@ -29,7 +31,8 @@ def pair_from_env() -> tuple[str, str | None]:
     name = os.environ.get("OUROBOROS_PRESET") or DEFAULT_PRESET
     if name not in presets():
         raise LoadError(
-            f"OUROBOROS_PRESET={name!r} is not a preset: set it to one of {', '.join(presets())}, or "
+            f"OUROBOROS_PRESET={name!r} is not a preset: set it to one of "
+            f"{', '.join(presets())}, or "
             f"set OUROBOROS_TARGET and OUROBOROS_DRAFT to folders or Hub ids"
         )
     return name, None
@@ -42,11 +45,12 @@ WARM_UP_REQUEST = "Write a Python function that says hello to a name."
 def load_pair(
     report: Report, warm_up: bool = True, check_memory: bool = True, calibration=None, watch=None
 ):
-    """Load the pair the host chose and warm it up (not on ZeroGPU, where the first race, inside its GPU
-    function, warms up instead, and where nothing may touch the device to check its memory). With a `watch`
-    (ouroboros_core.cpu.BusyWatch) on a CPU, short races at each thread count pick the fastest. With a
-    `calibration` (ui.calibration.Calibration), a short race of vanilla and Ouroboros after the warm-up gives it the
-    first step costs, so the first visitor's race already has an expected speedup measured apart from it."""
+    """Load the pair the host chose and warm it up (not on ZeroGPU, where the first race, inside its
+    GPU function, warms up instead, and where nothing may touch the device to check its memory).
+    With a `watch` (ouroboros_core.cpu.BusyWatch) on a CPU, short races at each thread count pick
+    the fastest. With a `calibration` (ui.calibration.Calibration), a short race of vanilla and
+    Ouroboros after the warm-up gives it the first step costs, so the first visitor's race already
+    has an expected speedup measured apart from it."""
     from ouroboros_core import load_engine
     from ouroboros_core.race import race
 
@@ -78,10 +82,11 @@ def load_pair(
 
 
 def start_threads(watch) -> None:
-    """Size torch's threads to the CPU this container may use (cpu.set_torch_threads: the cgroup quota, not the
-    host's cores) before the device thread's first torch op, and make that the ceiling `watch` fits the count
-    under once the pair is loaded; OUROBOROS_THREADS fixes the count. A bad OUROBOROS_THREADS (a typo in a
-    Space's variables) is logged and ignored rather than taking the page down."""
+    """Size torch's threads to the CPU this container may use (cpu.set_torch_threads: the cgroup
+    quota, not the host's cores) before the device thread's first torch op, and make that the
+    ceiling `watch` fits the count under once the pair is loaded; OUROBOROS_THREADS fixes the count.
+    A bad OUROBOROS_THREADS (a typo in a Space's variables) is logged and ignored rather than taking
+    the page down."""
     from ouroboros_core.config import ConfigError
     from ouroboros_core.cpu import ENV_VAR, set_torch_threads
 
@@ -105,7 +110,8 @@ def short_race(engine, prompt: str) -> None:
 
 
 def visitor_engine(get_engine):
-    """get_engine() for a visitor's request: a pair that failed to load becomes their message, not a traceback."""
+    """get_engine() for a visitor's request: a pair that failed to load becomes their message, not a
+    traceback."""
     try:
         return get_engine()
     except LoadError as err:
@@ -113,27 +119,30 @@ def visitor_engine(get_engine):
 
 
 def failure_sentence(err: BaseException) -> str:
-    """What a visitor or host reads when the pair cannot load: the cause and what to set, in one sentence."""
+    """What a visitor or host reads when the pair cannot load: the cause and what to set, in one
+    sentence."""
     if isinstance(err, LoadError):
         text = str(err)
     elif (
         isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError"
     ):  # torch's, without torch here
         text = (
-            "the device ran out of memory while loading the pair: pick a smaller pair (OUROBOROS_PRESET), a "
+            "the device ran out of memory while loading the pair: pick a smaller pair "
+            "(OUROBOROS_PRESET), a "
             "16-bit dtype (OUROBOROS_DTYPE=bfloat16) or larger hardware"
         )
     else:
         text = (
-            f"loading failed with {type(err).__name__}: check OUROBOROS_PRESET, or OUROBOROS_TARGET and "
-            "OUROBOROS_DRAFT"
+            f"loading failed with {type(err).__name__}: check OUROBOROS_PRESET, or "
+            "OUROBOROS_TARGET and OUROBOROS_DRAFT"
         )
     return f"The model pair could not be loaded: {text.rstrip('.')}."
 
 
 class PairLoader:
-    """Loads the pair once, on `start`, through `submit` (the device thread, or a thread of its own), and keeps
-    the latest stage. `load(report)` returns the engine; everything it raises ends as `error`, logged in full."""
+    """Loads the pair once, on `start`, through `submit` (the device thread, or a thread of its
+    own), and keeps the latest stage. `load(report)` returns the engine; everything it raises ends
+    as `error`, logged in full."""
 
     def __init__(
         self, load: Callable[[Report], object], submit: Callable[[Callable[[], None]], object]
@@ -154,13 +163,14 @@ class PairLoader:
             self._submit(self._run)
 
     def settle(self, timeout: float | None = None) -> bool:
-        """Whether loading has ended, loaded or failed, waiting up to `timeout` (starting it if nobody has)."""
+        """Whether loading has ended, loaded or failed, waiting up to `timeout` (starting it if
+        nobody has)."""
         self.start()
         return self._done.wait(timeout)
 
     def wait(self, timeout: float | None = None):
-        """The engine once loaded (starting the load if nobody has); None if `timeout` passed first. Raises
-        LoadError with the failure sentence if loading failed."""
+        """The engine once loaded (starting the load if nobody has); None if `timeout` passed first.
+        Raises LoadError with the failure sentence if loading failed."""
         if not self.settle(timeout):
             return None
         if self.error is not None:
@@ -172,7 +182,8 @@ class PairLoader:
         return self._done.is_set()
 
     def report(self, stage: LoadStage) -> None:
-        """Keep the latest stage; log a line when a step begins (each fetch, each model), not per file or byte."""
+        """Keep the latest stage; log a line when a step begins (each fetch, each model), not per
+        file or byte."""
         if stage.done is None or stage.stage != self.stage.stage or stage.stage != "download":
             log.info("model pair: %s (%.1f s)", stage.text, time.perf_counter() - self.began)
         self.stage = stage
@@ -194,11 +205,14 @@ class PairLoader:
             self._done.set()
 
     def status_html(self) -> str:
-        """The page's line about the pair while it loads, or after it failed; empty once it is ready."""
+        """The page's line about the pair while it loads, or after it failed; empty once it is
+        ready."""
         if self.error is not None:
             return (
-                f'<div class="load-status load-failed" role="alert"><strong>{html.escape(self.error)}</strong> '
-                f"{CHECK_LOG} The page still works; Run will say the same until the host fixes it.</div>"
+                '<div class="load-status load-failed" role="alert">'
+                f"<strong>{html.escape(self.error)}</strong> "
+                f"{CHECK_LOG} The page still works; Run will say the same until the host fixes "
+                "it.</div>"
             )
         if self.finished:
             return ""
@@ -206,10 +220,15 @@ class PairLoader:
         bar = ""
         if stage.done is not None and stage.total:
             percent = min(100.0, 100.0 * stage.done / stage.total)
-            bar = f'<progress max="100" value="{percent:.0f}" aria-label="loading progress"></progress>'
+            bar = (
+                f'<progress max="100" value="{percent:.0f}" aria-label="loading progress">'
+                "</progress>"
+            )
         elapsed = f" ({time.perf_counter() - self.began:.0f} s)" if self.began else ""
         return (
-            f'<div class="load-status" role="status"><span class="load-spinner" aria-hidden="true"></span>'
-            f"<strong>Getting the model pair ready:</strong> {html.escape(stage.text)}{elapsed}. {bar}"
+            '<div class="load-status" role="status">'
+            '<span class="load-spinner" aria-hidden="true"></span>'
+            "<strong>Getting the model pair ready:</strong> "
+            f"{html.escape(stage.text)}{elapsed}. {bar}"
             f'<span class="load-note">Run waits until it is ready.</span></div>'
         )

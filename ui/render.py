@@ -1,5 +1,6 @@
-"""Rendering: pure functions from race lanes (ouroboros_core.race.Lane) to the page's HTML, Markdown and chart
-data. No Gradio here, so each piece is tested on its own and the handlers only choose what to redraw."""
+"""Rendering: pure functions from race lanes (ouroboros_core.race.Lane) to the page's HTML, Markdown
+and chart data. No Gradio here, so each piece is tested on its own and the handlers only choose what
+to redraw."""
 
 from __future__ import annotations
 
@@ -20,15 +21,16 @@ TIMING_NOTE = (
     "time.perf_counter (device synchronised) around its own steps, as if it ran alone."
 )
 POOL_TITLE = (
-    "phrases the lookahead window guessed, and the target's own tokens over a rejected draft, reused "
-    "where they come back"
+    "phrases the lookahead window guessed, and the target's own tokens over a rejected draft, "
+    "reused where they come back"
 )
 
 
 def legend_html(settings: dict) -> str:
-    """The legend for an Ouroboros race with these settings (OuroborosConfig's fields, as sent): only the sources
-    it can show. The pool is read only as branches (k) or inside the draft's forward (draft candidates); without
-    the lookahead window (W) it holds little but the target's tokens over rejected drafts, and seldom pays."""
+    """The legend for an Ouroboros race with these settings (OuroborosConfig's fields, as sent):
+    only the sources it can show. The pool is read only as branches (k) or inside the draft's
+    forward (draft candidates); without the lookahead window (W) it holds little but the target's
+    tokens over rejected drafts, and seldom pays."""
 
     def positive(name: str) -> bool:
         value = settings.get(name)
@@ -67,15 +69,16 @@ def token_spans(tokens, colour: bool) -> str:
 
 
 def prompt_tail(prompt: str) -> str:
-    """The end of the prompt that each lane's output continues: from its last line with anything on it, so an
-    output that starts mid-function reads as the function's next line."""
+    """The end of the prompt that each lane's output continues: from its last line with anything on
+    it, so an output that starts mid-function reads as the function's next line."""
     lines = prompt.split("\n")
     last = max((i for i, line in enumerate(lines) if line.strip()), default=len(lines) - 1)
     return "\n".join(lines[last:])
 
 
 def lane_html(lane: Lane, colour: bool, context: str = "") -> str:
-    """A lane's text: `context` (the prompt's last line, dimmed), then the output so far, coloured by source."""
+    """A lane's text: `context` (the prompt's last line, dimmed), then the output so far, coloured
+    by source."""
     body = token_spans(lane.committed, colour)
     if lane.rejected and colour:
         rejected = html.escape("".join(t.text for t in lane.rejected))
@@ -87,7 +90,8 @@ def lane_html(lane: Lane, colour: bool, context: str = "") -> str:
             f'<span class="prompt-tail" title="the end of the prompt">{html.escape(context)}</span>'
             + body
         )
-    # HTML drops one newline right after <pre>: give it one, so a text that starts with a newline keeps it.
+    # HTML drops one newline right after <pre>: give it one, so a text that starts with a newline
+    # keeps it.
     return f'<pre class="lane-text">\n{body}</pre>'
 
 
@@ -97,8 +101,9 @@ LIVE_MIN_TOKENS = (
 
 
 def live_speedup(lane: Lane, vanilla: Lane | None) -> str:
-    """A drafting lane's speedup over vanilla as it streams: once both have enough tokens to mean something, and
-    for a lane that finished first, nothing until vanilla finishes too (its figure would drift while it waits)."""
+    """A drafting lane's speedup over vanilla as it streams: once both have enough tokens to mean
+    something, and for a lane that finished first, nothing until vanilla finishes too (its figure
+    would drift while it waits)."""
     if vanilla is None or not lane.tokens:
         return ""
     if lane.done is not None and vanilla.done is None:
@@ -119,7 +124,8 @@ def lane_stats(lane: Lane, vanilla: Lane | None) -> str:
         count(forwards, "target forward"),
     ]
     if lane.method != "vanilla":
-        # The figure no other job on the machine moves leads (vanilla's is 1); the clock's follows it.
+        # The figure no other job on the machine moves leads (vanilla's is 1); the clock's follows
+        # it.
         if forwards:
             parts.append(f"<b>{lane.tokens / forwards:.2f} tokens/forward</b>")
         parts.append(live_speedup(lane, vanilla))
@@ -143,9 +149,10 @@ def lane_parts(lanes: dict[str, Lane], method: str, colour: bool, context: str =
 
 
 def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None = None) -> str:
-    """The race's verdict: identical, a float tie or a rounding boundary (calm: either token is the target's own
-    choice, greedy or sampled), or a mismatch (a bug). Differing outputs wait for their measured verdicts (None:
-    not measured yet); a differing lane without one counts as a mismatch."""
+    """The race's verdict: identical, a float tie or a rounding boundary (calm: either token is
+    the target's own choice, greedy or sampled), or a mismatch (a bug). Differing outputs wait
+    for their measured verdicts (None: not measured yet); a differing lane without one counts as
+    a mismatch."""
     if any(lane.done is None for lane in lanes.values()):
         return ""
     if "cancelled" in {lane.done.stop_reason for lane in lanes.values()}:
@@ -153,7 +160,10 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
     reference = lanes["vanilla"].done.token_ids
     differing = [method for method, lane in lanes.items() if lane.done.token_ids != reference]
     if not differing:
-        return f'<div class="badge same">Identical outputs: {count(len(reference), "token")}, token for token.</div>'
+        return (
+            f'<div class="badge same">Identical outputs: {count(len(reference), "token")}, '
+            "token for token.</div>"
+        )
     if verdicts is None:
         return ""
     ties = []
@@ -162,12 +172,14 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
         if verdict is None:
             at = first_difference(list(lanes[method].done.token_ids), list(reference))
             return (
-                f'<div class="badge differ">Outputs differ: {html.escape(LANE_TITLES[method])} departs from '
+                '<div class="badge differ">Outputs differ: '
+                f"{html.escape(LANE_TITLES[method])} departs from "
                 f"vanilla at token {at}. This is a bug.</div>"
             )
         if verdict.kind not in CALM:
             return (
-                f'<div class="badge differ">Outputs differ: {html.escape(explain(verdict, LANE_TITLES[method]))}'
+                '<div class="badge differ">Outputs differ: '
+                f"{html.escape(explain(verdict, LANE_TITLES[method]))}"
                 ". This is a bug.</div>"
             )
         ties.append(f"{LANE_TITLES[method]}: {explain(verdict)}.")
@@ -180,7 +192,8 @@ def badge_html(lanes: dict[str, Lane], verdicts: dict[str, OutputVerdict] | None
 
 
 def sampling_line(sampling: dict | None, drawn: bool = False) -> str:
-    """How a sampled race drew its tokens, with the seed to repeat it (`drawn`: the race picked the seed)."""
+    """How a sampled race drew its tokens, with the seed to repeat it (`drawn`: the race picked the
+    seed)."""
     if not sampling:
         return ""
     seed = f"seed {sampling['seed']}" + (
@@ -193,8 +206,9 @@ def sampling_line(sampling: dict | None, drawn: bool = False) -> str:
 
 
 def expected(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[float | None, str]:
-    """The speedup a drafting lane's own tokens per target forward predict at step costs measured apart from this
-    race (`costs`: warm-up and earlier races), and a sentence on why the measured figure differs."""
+    """The speedup a drafting lane's own tokens per target forward predict at step costs measured
+    apart from this race (`costs`: warm-up and earlier races), and a sentence on why the measured
+    figure differs."""
     ratio = costs.ratio(method) if costs else None
     if not stats.target_forwards or not vanilla.target_forwards:
         return None, ""
@@ -209,11 +223,12 @@ def expected(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[floa
         f" and {count(costs.races - 1, 'earlier race')}" if costs.races > 1 else ""
     )
     return value, (
-        f"expected {value:.2f}x = {stats.tokens_per_forward:.2f} tokens per target forward ÷ a step "
+        f"expected {value:.2f}x = {stats.tokens_per_forward:.2f} tokens per target forward ÷ a "
+        "step "
         f"costing {ratio:.2f}x a vanilla step ({costs.step_ms[method]:.1f} ms against "
         f"{costs.step_ms['vanilla']:.1f} ms, medians over {earlier}). In this race a step cost "
-        f"{here:.2f}x a vanilla one ({step:.1f} ms against {vanilla_step:.1f} ms), and the prompt's prefill "
-        f"and the set-up took {overhead:.2f} s of its {stats.seconds:.2f} s"
+        f"{here:.2f}x a vanilla one ({step:.1f} ms against {vanilla_step:.1f} ms), and the "
+        f"prompt's prefill and the set-up took {overhead:.2f} s of its {stats.seconds:.2f} s"
     )
 
 
@@ -226,7 +241,8 @@ SOURCE_WORDS = {
 
 
 def sources_line(lane: Lane) -> str:
-    """Where a drafting lane's tokens came from, every source named, none left out (a zero says so too)."""
+    """Where a drafting lane's tokens came from, every source named, none left out (a zero says so
+    too)."""
     counts = {source: 0 for source in SOURCE_WORDS}
     for token in lane.committed:
         counts[token.source.value] += 1
@@ -252,45 +268,68 @@ def busy_line(busy_share: float | None) -> str:
         return ""
     return (
         '<p class="busy" role="note">The machine was busy during this race: its steps got '
-        f"{busy_share:.0%} of the CPU time their threads could use (another job held cores), so every lane "
-        "ran slower and the clock speedup moved with them; the target forwards did not.</p>"
+        f"{busy_share:.0%} of the CPU time their threads could use (another job held cores), "
+        "so every lane ran slower and the clock speedup moved with them; the target forwards did "
+        "not.</p>"
+    )
+
+
+def summary_row(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[str, float, str]:
+    """A lane's row of the summary table, its clock speedup over vanilla, and why its measured
+    speedup differs from the expected one ("" for vanilla, or with no expected figure)."""
+    speedup = (
+        stats.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
+    )
+    predicted, why = expected(method, stats, vanilla, costs) if method != "vanilla" else (None, "")
+    cells = [
+        LANE_TITLES[method],
+        str(stats.target_forwards),
+        f"{stats.tokens_per_forward:.2f}",
+        f"{speedup:.2f}x",
+        f"{predicted:.2f}x" if predicted is not None else "-",
+        f"{stats.tokens_per_second:.1f}",
+        f"{stats.seconds:.2f}",
+        str(stats.new_tokens),
+        f"{stats.acceptance_rate:.0%}" if method != "vanilla" else "-",
+    ]
+    row = (
+        "<tr>"
+        + "".join(
+            f'<td data-label="{name}">{html.escape(c)}</td>' for name, c in zip(COLUMNS, cells)
+        )
+        + "</tr>"
+    )
+    return row, speedup, why
+
+
+def forwards_line(vanilla, fewer: list[str]) -> str:
+    """The target forwards each lane took, beside vanilla's; nothing without a drafting lane that
+    took any."""
+    if not fewer:
+        return ""
+    return (
+        f'<p class="forwards">Target forwards: vanilla {vanilla.target_forwards}, '
+        f"{', '.join(fewer)}. "
+        "A count no other job on the machine can change; the clock speedup also depends on what "
+        "each forward costs here and on what else the machine is doing.</p>"
     )
 
 
 def summary_html(
     lanes: dict[str, Lane], costs: StepCosts | None = None, busy_share: float | None = None
 ) -> str:
-    """The finished race in a table: the forward count, which no load on the machine changes, beside the clock
-    speedup, which it does, and the speedup predicted from this race's acceptance at step costs measured apart
-    from it (`costs`), with why the measured one differs; busy_share: the race met a busy machine."""
+    """The finished race in a table: the forward count, which no load on the machine changes, beside
+    the clock speedup, which it does, and the speedup predicted from this race's acceptance at step
+    costs measured apart from it (`costs`), with why the measured one differs; busy_share: the race
+    met a busy machine."""
     if not lanes or any(lane.done is None for lane in lanes.values()):
         return ""
     vanilla = lanes["vanilla"].done.stats
     rows, notes, fewer = [], [], []
     for method, lane in lanes.items():
         s = lane.done.stats
-        speedup = (
-            s.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
-        )
-        predicted, why = expected(method, s, vanilla, costs) if method != "vanilla" else (None, "")
-        cells = [
-            LANE_TITLES[method],
-            str(s.target_forwards),
-            f"{s.tokens_per_forward:.2f}",
-            f"{speedup:.2f}x",
-            f"{predicted:.2f}x" if predicted is not None else "-",
-            f"{s.tokens_per_second:.1f}",
-            f"{s.seconds:.2f}",
-            str(s.new_tokens),
-            f"{s.acceptance_rate:.0%}" if method != "vanilla" else "-",
-        ]
-        rows.append(
-            "<tr>"
-            + "".join(
-                f'<td data-label="{name}">{html.escape(c)}</td>' for name, c in zip(COLUMNS, cells)
-            )
-            + "</tr>"
-        )
+        row, speedup, why = summary_row(method, s, vanilla, costs)
+        rows.append(row)
         if method != "vanilla" and s.target_forwards:
             fewer.append(
                 f"{html.escape(LANE_TITLES[method])} {s.target_forwards} "
@@ -308,18 +347,10 @@ def summary_html(
                 f"{html.escape(why)}{busy}.</li>"
             )
     head = "".join(f"<th>{h}</th>" for h in COLUMNS)
-    forwards = (
-        (
-            f'<p class="forwards">Target forwards: vanilla {vanilla.target_forwards}, {", ".join(fewer)}. '
-            "A count no other job on the machine can change; the clock speedup also depends on what each "
-            "forward costs here and on what else the machine is doing.</p>"
-        )
-        if fewer
-        else ""
-    )
     note = f'<ul class="why">{"".join(notes)}</ul>' if notes else ""
     return (
-        f'{forwards}{busy_line(busy_share)}<div class="summary-wrap"><table class="summary"><thead><tr>{head}'
+        f"{forwards_line(vanilla, fewer)}{busy_line(busy_share)}"
+        f'<div class="summary-wrap"><table class="summary"><thead><tr>{head}'
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
     )
 

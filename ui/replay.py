@@ -1,5 +1,5 @@
-"""Replay a finished race from its recorded events, with their true relative timings, slowed down at will:
-a race that took 0.3 s on a GPU can be watched at a tenth of its speed."""
+"""Replay a finished race from its recorded events, with their true relative timings, slowed down at
+will: a race that took 0.3 s on a GPU can be watched at a tenth of its speed."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ CHOICES = [f"fit to {FIT_S:g} s", *SPEEDS]  # the page's choices; the first fits
 
 
 def speed_for(choice: str, lanes: dict[str, Lane]) -> float:
-    """The replay speed a choice means for these lanes: a fixed one, or the one that makes the whole race last
-    FIT_S seconds (a 0.3 s GPU race slowed down, a 40 s CPU race sped up)."""
+    """The replay speed a choice means for these lanes: a fixed one, or the one that makes the whole
+    race last FIT_S seconds (a 0.3 s GPU race slowed down, a 40 s CPU race sped up)."""
     if choice in SPEEDS:
         return SPEEDS[choice]
     if choice != CHOICES[0]:
@@ -29,8 +29,8 @@ def speed_for(choice: str, lanes: dict[str, Lane]) -> float:
 
 
 def timeline(lanes: dict[str, Lane]) -> list[tuple[float, str, object]]:
-    """Every lane's events on one clock, each at the moment its own lane's clock reached it; every lane ends
-    with its done event at its final time."""
+    """Every lane's events on one clock, each at the moment its own lane's clock reached it; every
+    lane ends with its done event at its final time."""
     moments = []
     for method, lane in lanes.items():
         moments += [(event.elapsed_s, method, event) for event in lane.events]
@@ -42,8 +42,9 @@ def timeline(lanes: dict[str, Lane]) -> list[tuple[float, str, object]]:
 def replay(
     lanes: dict[str, Lane], speed: float, stop=None, frame_s: float = 0.06, sleep=time.sleep
 ) -> Iterator[dict[str, Lane]]:
-    """Fresh lanes rebuilt event by event, yielded at most once per frame_s of wall time, each when the
-    race's clock, slowed by `speed`, reaches its latest event. A set `stop` ends the replay at once."""
+    """Fresh lanes rebuilt event by event, yielded at most once per frame_s of wall time, each when
+    the race's clock, slowed by `speed`, reaches its latest event. A set `stop` ends the replay at
+    once."""
     shown = {method: Lane(method) for method in lanes}
     started = time.perf_counter()
     moments = timeline(lanes)

@@ -1,5 +1,5 @@
-"""Per-visitor state kept on the server: stop flags for the visitor's races and, if asked for, a warm phrase pool;
-and the page's clicks that touch nothing else."""
+"""Per-visitor state kept on the server: stop flags for the visitor's races and, if asked for, a
+warm phrase pool; and the page's clicks that touch nothing else."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from ui.inspect import replayable
 
 
 class Stops:
-    """One visitor's stop flags, one per race or replay a click armed. Arming stops every earlier one (Run during
-    a race restarts it with the new prompt; one armed but not started yet never starts), and Stop stops them
-    all, queued ones included; no flag is ever cleared, so a Stop just before a Run still ends its race."""
+    """One visitor's stop flags, one per race or replay a click armed. Arming stops every earlier
+    one (Run during a race restarts it with the new prompt; one armed but not started yet never
+    starts), and Stop stops them all, queued ones included; no flag is ever cleared, so a Stop just
+    before a Run still ends its race."""
 
     def __init__(self):
         self._flags: dict[
@@ -24,7 +25,8 @@ class Stops:
         self._lock = threading.Lock()
 
     def arm(self) -> int:
-        """A flag for a new race, and its number for the race to take it by; every earlier one is set."""
+        """A flag for a new race, and its number for the race to take it by; every earlier one is
+        set."""
         with self._lock:
             for number, (flag, taken) in list(self._flags.items()):
                 flag.set()
@@ -35,8 +37,9 @@ class Stops:
             return self._armed
 
     def take(self, armed: int | None) -> tuple[int, threading.Event | None]:
-        """The number and flag of the race armed as `armed` (None: armed now, for a caller without a click).
-        None for the flag when that race must not start: a later click superseded it, or it was taken already."""
+        """The number and flag of the race armed as `armed` (None: armed now, for a caller without a
+        click). None for the flag when that race must not start: a later click superseded it, or it
+        was taken already."""
         if armed is None:
             armed = self.arm()
         with self._lock:
@@ -68,8 +71,8 @@ class Stops:
 
 
 class Sessions:
-    """Bounded (least recently used visitors fall out) and dropped when the visitor's page unloads, so
-    nothing grows across visitors and no visitor's phrases reach another's pool."""
+    """Bounded (least recently used visitors fall out) and dropped when the visitor's page unloads,
+    so nothing grows across visitors and no visitor's phrases reach another's pool."""
 
     def __init__(self, capacity: int = 256):
         self.capacity = capacity
@@ -93,11 +96,12 @@ class Sessions:
     def __len__(self) -> int:
         return len(self._items)
 
-    # The page's clicks that touch only this state: Gradio runs them at once, outside the device's queue.
+    # The page's clicks that touch only this state: Gradio runs them at once, outside the device's
+    # queue.
     def arm(self, request: gr.Request) -> int:
-        """Run or Replay pressed, before the race waits for the device: whatever this visitor had running or
-        queued stops within a step, and the new race gets a stop flag of its own, which a Stop pressed from now on
-        sets, even while the race still waits in the queue."""
+        """Run or Replay pressed, before the race waits for the device: whatever this visitor had
+        running or queued stops within a step, and the new race gets a stop flag of its own, which a
+        Stop pressed from now on sets, even while the race still waits in the queue."""
         return self.get(visitor(request))["stops"].arm()
 
     def stop(self, request: gr.Request) -> None:
@@ -114,8 +118,8 @@ class Sessions:
         session["race"] = None
 
     def replayable(self, request: gr.Request) -> bool:
-        """Whether Replay may come back: the last race has something to show, and no later click has armed
-        another race (a Replay would stop it before its first frame)."""
+        """Whether Replay may come back: the last race has something to show, and no later click has
+        armed another race (a Replay would stop it before its first frame)."""
         session = self.get(visitor(request))
         last = (session.get("race") or [None])[0]  # the app records (lanes, final figures, context)
         return session["stops"].idle() and replayable(last)

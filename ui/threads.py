@@ -1,5 +1,5 @@
-"""Where the handlers' loops run: every engine call on one device thread, and an iterator that keeps its last
-item for the log line of a race the visitor left."""
+"""Where the handlers' loops run: every engine call on one device thread, and an iterator that keeps
+its last item for the log line of a race the visitor left."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 class DeviceThread:
-    """Runs every engine call on one long-lived thread. On a CPU, PyTorch's OpenMP gives each thread that calls
-    it a team of its own, and an idle team spins: with Gradio's worker threads taking turns, two teams fought
-    over two cores and a target forward over 17 tokens took 22 ms instead of 12 (measured), so the page showed
-    half of Ouroboros' speedup. Not on ZeroGPU, whose GPU function runs in a process of its own, where a thread
-    started here would not exist: there every call runs where it is made."""
+    """Runs every engine call on one long-lived thread. On a CPU, PyTorch's OpenMP gives each thread
+    that calls it a team of its own, and an idle team spins: with Gradio's worker threads taking
+    turns, two teams fought over two cores and a target forward over 17 tokens took 22 ms instead of
+    12 (measured), so the page showed half of Ouroboros' speedup. Not on ZeroGPU, whose GPU function
+    runs in a process of its own, where a thread started here would not exist: there every call runs
+    where it is made."""
 
     def __init__(self, inline: bool):
         self.ident = None  # the device thread's, once it has started
@@ -28,7 +29,8 @@ class DeviceThread:
         self.ident = threading.get_ident()
 
     def call(self, fn, *args, **kwargs):
-        # Already on the device thread (get_engine() inside a call): waiting for that thread would wait forever.
+        # Already on the device thread (get_engine() inside a call): waiting for that thread would
+        # wait forever.
         if self.executor is None or threading.get_ident() == self.ident:
             return fn(*args, **kwargs)
         return self.executor.submit(fn, *args, **kwargs).result()
@@ -41,7 +43,8 @@ class DeviceThread:
             self.executor.submit(fn)
 
     def iterate(self, iterator):
-        """The iterator's items, each taken on the device thread; closed there too, however it ends."""
+        """The iterator's items, each taken on the device thread; closed there too, however it
+        ends."""
         try:
             while True:
                 try:
@@ -69,9 +72,9 @@ class Latest:
 
 
 def quiet_when_idle(blocks) -> None:
-    """Gradio's queue looks for work every 1 ms and for progress updates every 10 ms, busy or not: 4.8% of a
-    core on an idle server (measured, py-spy: the event loop's wake-ups). Every 100 ms and 500 ms it is ~0.5%;
-    a race starts at most 0.1 s later, and the app sends no progress updates."""
+    """Gradio's queue looks for work every 1 ms and for progress updates every 10 ms, busy or not:
+    4.8% of a core on an idle server (measured, py-spy: the event loop's wake-ups). Every 100 ms and
+    500 ms it is ~0.5%; a race starts at most 0.1 s later, and the app sends no progress updates."""
     queue = (
         blocks._queue
     )  # no public setting for these (gradio 6.31); tests/test_app.py measures idle CPU
