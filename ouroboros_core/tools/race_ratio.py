@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 from .bench import heldout_chat_requests, humaneval_prompts
-from .soak import client, start_app
+from .soak import start_app
+from .soak_phases import client
 
 
 def measure(url: str, prompts: list[str], max_new_tokens: int) -> dict:
