@@ -12,20 +12,17 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from ouroboros_core.tools.space_files import (
+from ouroboros_core.tools.space_checks import (
     MAX_PLAIN_BYTES,
-    SPACE_GITATTRIBUTES,
-    SpaceFile,
     front_matter,
     front_matter_problems,
-    git_files,
     lfs_rules,
     requirement_pins,
     storage_problems,
     stored_in_lfs,
-    upload_set,
     upload_set_problems,
 )
+from ouroboros_core.tools.space_files import SPACE_GITATTRIBUTES, SpaceFile, git_files, upload_set
 from test_structure import ROOT, imports_of
 
 README = """---

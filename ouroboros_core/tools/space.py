@@ -31,6 +31,7 @@ from huggingface_hub import (
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from .space_checks import lfs_rules, stored_in_lfs, upload_set_problems
 from .space_files import (
     ROOT,
     SPACE_GITATTRIBUTES,
@@ -38,11 +39,8 @@ from .space_files import (
     ZERO_GPU_PYTHON,
     SpaceFile,
     in_paths,
-    lfs_rules,
-    stored_in_lfs,
     untracked_in_space,
     upload_set,
-    upload_set_problems,
 )
 
 APP_VARIABLES = (

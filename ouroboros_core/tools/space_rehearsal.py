@@ -22,14 +22,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .space_files import (
-    ROOT,
-    SpaceFile,
-    front_matter,
-    untracked_in_space,
-    upload_set,
-    upload_set_problems,
-)
+from .space_checks import front_matter, upload_set_problems
+from .space_files import ROOT, SpaceFile, untracked_in_space, upload_set
 
 SPACE_ID = "rehearsal/ouroboros-race"
 # What a Gradio Space's build installs after requirements.txt (its build log shows
