@@ -13,7 +13,8 @@ import pytest
 import app
 import ouroboros_core.models as models
 from ouroboros_core import LoadError
-from ouroboros_core.models import LoadStage, reporting_bars
+from ouroboros_core.hub import reporting_bars
+from ouroboros_core.load_report import LoadStage
 from ui import handlers
 from ui.loading import PairLoader, failure_sentence, load_pair
 
