@@ -8,11 +8,10 @@ from pathlib import Path
 
 from ouroboros_core.tools import space_rehearsal
 from ouroboros_core.tools.space_files import upload_set
-from ouroboros_core.tools.space_rehearsal import (
+from ouroboros_core.tools.space_rehearsal import app_environment, lay_out
+from ouroboros_core.tools.space_report import (
     Start,
-    app_environment,
     ignored_note,
-    lay_out,
     log_problems,
     log_tracebacks,
     race_problems,

@@ -1,11 +1,13 @@
-"""The Space's start, rehearsed here: `python3 -m ouroboros_core.tools.space rehearse [--venv PATH]`.
+"""The Space's start, rehearsed here:
+`python3 -m ouroboros_core.tools.space rehearse [--venv PATH]`.
 
-The upload set alone in a temporary folder; a fresh virtual environment holding that folder's requirements.txt
-and what a Space's build adds to it, nothing of this checkout's environment; `python app.py` started there with a
-Space's environment and nothing that points back to this checkout; then one race through /race, whose lanes must
-agree. Running from the folder proves the Space needs nothing outside the set; the times to the page and to the
-first race's answer are what the first visitor of a fresh Space waits. The folder goes afterwards; pip's log and
-the app's stay in LOG_DIR.
+The upload set alone in a temporary folder; a fresh virtual environment holding that folder's
+requirements.txt and what a Space's build adds to it, nothing of this checkout's environment;
+`python app.py` started there with a Space's environment and nothing that points back to this
+checkout; then one race through /race, whose lanes must agree. Running from the folder proves the
+Space needs nothing outside the set; the times to the page and to the first race's answer are what
+the first visitor of a fresh Space waits. The folder goes afterwards; pip's log and the app's stay
+in LOG_DIR.
 """
 
 from __future__ import annotations
@@ -19,32 +21,24 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 from .space_checks import front_matter, upload_set_problems
 from .space_files import ROOT, SpaceFile, untracked_in_space, upload_set
+from .space_report import Start, log_problems, print_tail, race_problems, summary
 
 SPACE_ID = "rehearsal/ouroboros-race"
 # What a Gradio Space's build installs after requirements.txt (its build log shows
-# `pip install gradio[oauth]==<sdk_version> "uvicorn>=0.14.0" spaces`). `spaces` matters: with SYSTEM=spaces,
-# Gradio's launch needs it, and `import spaces` succeeds on every Gradio Space, ZeroGPU or not.
+# `pip install gradio[oauth]==<sdk_version> "uvicorn>=0.14.0" spaces`). `spaces` matters: with
+# SYSTEM=spaces, Gradio's launch needs it, and `import spaces` succeeds on every Gradio Space,
+# ZeroGPU or not.
 SPACE_BUILD = ("gradio[oauth]=={sdk_version}", "uvicorn>=0.14.0", "spaces")
 PROMPT = "def fib(n):\n"
 RACE_TOKENS = 24
-START_TIMEOUT_S = (
-    600  # imports, then (before or after the page, as the app chooses) loading and warming the pair
-)
+# imports, then (before or after the page, as the app chooses) loading and warming the pair
+START_TIMEOUT_S = 600
 RACE_TIMEOUT_S = 600
-LOG_TAIL_CHARS = 6000
 LOG_DIR = ROOT / "tests" / "artifacts" / "space-rehearsal"  # git ignores tests/artifacts/
-# Gradio makes an asyncio event loop for each lock and stop event it creates outside a running loop
-# (gradio.utils.safe_get_lock and safe_get_stop_event: at Blocks(), queue() and launch()), sets it as the thread's
-# loop and never closes it, so each one the next replaces becomes garbage in a reference cycle. With SYSTEM=spaces,
-# the Spaces reload server's thread (gradio.utils.watchfn_spaces) imports enough to set off a full collection after
-# launch, and when that collection finalises a loop's self-pipe socket before the loop, the loop's __del__ cannot
-# unregister the closed socket (fd -1). Python ignores the error; the loops never ran anything.
-DISCARDED_LOOP = ("BaseEventLoop.__del__", "ValueError: Invalid file descriptor: -1")
 
 
 class RehearsalFailed(Exception):
@@ -53,16 +47,6 @@ class RehearsalFailed(Exception):
     def __init__(self, reason: str, log: Path | None = None):
         super().__init__(reason)
         self.log = log
-
-
-@dataclass(frozen=True)
-class Start:
-    """What one start of the app measured, in seconds from launching `python app.py`."""
-
-    page_s: float  # the first HTTP 200 on /
-    answer_s: float  # the first race's full answer (it waits for the pair if the page came first)
-    result: dict  # that answer: {"vanilla": {...}, "ouroboros": {..., "verdict": {...}}}
-    log: str  # the app's stdout and stderr
 
 
 def lay_out(files: list[SpaceFile], folder: Path) -> None:
@@ -88,16 +72,17 @@ def reachable(url: str) -> bool:
 
 
 def requirements_here(folder: Path) -> Path:
-    """folder's requirements.txt, or, when an index it names cannot be reached from here, a copy beside folder
-    without that line (pip would retry the index for every package, minutes in all); the pins stay as they are."""
+    """folder's requirements.txt, or, when an index it names cannot be reached from here, a copy
+    beside folder without that line (pip would retry the index for every package, minutes in all);
+    the pins stay as they are."""
     lines = (folder / "requirements.txt").read_text().splitlines()
     indexes = [line.split()[1] for line in lines if line.startswith("--extra-index-url ")]
     unreachable = [url for url in indexes if not reachable(url)]
     if not unreachable:
         return folder / "requirements.txt"
     print(
-        f"Not reachable from here: {', '.join(unreachable)}; installing the same pins from pip's other sources "
-        "(the Space reaches it)",
+        f"Not reachable from here: {', '.join(unreachable)}; "
+        "installing the same pins from pip's other sources (the Space reaches it)",
         flush=True,
     )
     copy = folder.parent / "requirements-here.txt"
@@ -112,8 +97,8 @@ def requirements_here(folder: Path) -> Path:
 
 
 def prepare_venv(venv: Path, folder: Path, build: list[str], log: Path) -> tuple[Path, float]:
-    """Into venv (made first if missing): folder's requirements.txt (requirements_here), then what the Space's
-    build adds. Returns the venv's python and the seconds it took."""
+    """Into venv (made first if missing): folder's requirements.txt (requirements_here), then what
+    the Space's build adds. Returns the venv's python and the seconds it took."""
     python = venv / "bin" / "python"
     start = time.perf_counter()
     if not python.exists():
@@ -141,8 +126,9 @@ def prepare_venv(venv: Path, folder: Path, build: list[str], log: Path) -> tuple
 def app_environment(
     python: Path, port: int, home: Path, hub_cache: Path | None = None
 ) -> dict[str, str]:
-    """A Space's environment for app.py: its variables, a bare HOME, and a PATH without this checkout; hub_cache:
-    the Hub's files laid out where a Space would download them (hub_stand_in)."""
+    """A Space's environment for app.py: its variables, a bare HOME, and a PATH without this
+    checkout; hub_cache: the Hub's files laid out where a Space would download them
+    (hub_stand_in)."""
     path = [str(python.parent)] + [
         p for p in os.environ.get("PATH", "").split(os.pathsep) if p and outside_checkout(p)
     ]
@@ -161,9 +147,10 @@ def app_environment(
 
 
 def hub_stand_in(work: Path) -> Path | None:
-    """A Space downloads the default pair's target from the Hub, which the rehearsal cannot reach: a Hub cache laid
-    out in `work` from its offline copy (the converted GGUF, a slightly different model from the Hub's original)
-    stands in for that download, so the app runs its real Hub loading code. None without an offline copy."""
+    """A Space downloads the default pair's target from the Hub, which the rehearsal cannot reach: a
+    Hub cache laid out in `work` from its offline copy (the converted GGUF, a slightly different
+    model from the Hub's original) stands in for that download, so the app runs its real Hub loading
+    code. None without an offline copy."""
     from ..models import DEFAULT_PRESET, presets
     from ..sources import CONVERTED, converted_folder
 
@@ -183,7 +170,8 @@ def hub_stand_in(work: Path) -> Path | None:
         if file.name != CONVERTED:
             (snapshot / file.name).symlink_to(file)
     print(
-        f"No Hub from here: {preset.target} stands in as a Hub cache laid out from {source.describe()}",
+        f"No Hub from here: {preset.target} stands in as a Hub cache "
+        f"laid out from {source.describe()}",
         flush=True,
     )
     return cache
@@ -218,17 +206,16 @@ def race(url: str) -> dict:
     try:
         client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
         return client.submit(PROMPT, RACE_TOKENS, api_name="/race").result(timeout=RACE_TIMEOUT_S)
-    except (
-        Exception
-    ) as err:  # gradio_client raises many kinds; each is this rehearsal's failure, told as such
+    # gradio_client raises many kinds; each is this rehearsal's failure, told as such
+    except Exception as err:
         raise RehearsalFailed(f"/race failed: {type(err).__name__}: {err}") from None
 
 
 def start_and_race(
     python: Path, folder: Path, work: Path, log: Path, hub_cache: Path | None = None
 ) -> Start:
-    """Start `python app.py` in folder as a Space does, its output into log, wait for the page, race once; always
-    stop the app."""
+    """Start `python app.py` in folder as a Space does, its output into log, wait for the page, race
+    once; always stop the app."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     home = work / "home"
@@ -267,100 +254,9 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
-def race_problems(result) -> list[str]:
-    """What is wrong with /race's answer: both lanes present, the same tokens, verdict identical."""
-    if not isinstance(result, dict) or not {"vanilla", "ouroboros"} <= result.keys():
-        return [f"/race answered {str(result)[:200]!r}, not the two lanes"]
-    vanilla, ouroboros = result["vanilla"].get("token_ids"), result["ouroboros"].get("token_ids")
-    problems = []
-    if not vanilla:
-        problems.append("the vanilla lane wrote no tokens")
-    if vanilla != ouroboros:
-        problems.append(f"the lanes differ: vanilla {vanilla}, ouroboros {ouroboros}")
-    kind = (result["ouroboros"].get("verdict") or {}).get("kind")
-    if kind != "identical":
-        problems.append(f"the Ouroboros lane's verdict is {kind!r}, not 'identical'")
-    return problems
-
-
-def log_tracebacks(log: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """The closing line of each traceback in the app's log: those raised, and, with the line that names where,
-    those Python ignored (an error in a __del__, such as DISCARDED_LOOP's)."""
-    raised, ignored = [], []
-    lines = log.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("Traceback (most recent call last)"):
-            end = next(
-                (j for j in range(i + 1, len(lines)) if not lines[j].startswith(" ")), len(lines)
-            )
-            closing = lines[end] if end < len(lines) else "(the log ends inside it)"
-            if i and lines[i - 1].startswith("Exception ignored in"):
-                ignored.append((lines[i - 1], closing))
-            else:
-                raised.append(closing)
-    return raised, ignored
-
-
-def log_problems(log: str) -> list[str]:
-    return [f"the app's log holds a traceback: {closing}" for closing in log_tracebacks(log)[0]]
-
-
-def print_tail(what: str, text: str) -> None:
-    tail = text[-LOG_TAIL_CHARS:]
-    print(f"--- {what} (last {len(tail)} characters) ---\n{tail.rstrip()}\n--- end ---", flush=True)
-
-
-def python_note(files: list[SpaceFile]) -> str:
-    here = f"{sys.version_info.major}.{sys.version_info.minor}"
-    space = str(front_matter(files).get("python_version"))
-    note = f"Python {sys.version.split()[0]}"
-    return (
-        note
-        if space == here
-        else f"{note}, but the Space runs Python {space}: a rehearsal, not a replica"
-    )
-
-
-def summary(
-    files: list[SpaceFile], build: list[str], install_s: float, start: Start, problems: list[str]
-) -> str:
-    ouroboros = start.result.get("ouroboros", {}) if isinstance(start.result, dict) else {}
-    verdict = (ouroboros.get("verdict") or {}).get("kind")
-    return (
-        f"Rehearsal of the Space's start ({python_note(files)}):\n"
-        f"  install  {install_s:7.1f} s  requirements.txt, then the Space build's {' '.join(build)}\n"
-        f"  page     {start.page_s:7.1f} s  from starting python app.py to HTTP 200 on /\n"
-        f"  race     {start.answer_s:7.1f} s  from starting python app.py to the first race's answer "
-        f"({len(ouroboros.get('token_ids') or [])} tokens, verdict {verdict!r})\n"
-        f"  checks   upload set, LFS coverage, front matter: ok; identical lanes, no traceback in the log: "
-        f"{'FAILED' if problems else 'ok'}" + ignored_note(start.log)
-    )
-
-
-def ignored_note(log: str) -> str:
-    """A note on the exceptions Python ignored: Gradio's discarded event loops told apart from anything else."""
-    ignored = log_tracebacks(log)[1]
-    loops = [
-        entry
-        for entry in ignored
-        if DISCARDED_LOOP[0] in entry[0] and entry[1] == DISCARDED_LOOP[1]
-    ]
-    others = [closing for entry in ignored if entry not in loops for closing in entry[1:]]
-    note = ""
-    if loops:
-        note += (
-            f'\n  note     {len(loops)} "{DISCARDED_LOOP[1]}" in {DISCARDED_LOOP[0]}, which Python ignored: '
-            "event loops Gradio made and never closed, collected after their sockets (harmless; see "
-            "space_rehearsal.DISCARDED_LOOP)"
-        )
-    if others:
-        note += f"\n  note     the log holds {len(others)} other exception(s) Python ignored: {others[0]}"
-    return note
-
-
 def rehearse(venv: Path | None = None, log_dir: Path = LOG_DIR) -> int:
-    """The whole rehearsal; prints what it measured and found, and keeps pip's log and the app's in log_dir.
-    0 when every check passed, else 1."""
+    """The whole rehearsal; prints what it measured and found, and keeps pip's log and the app's in
+    log_dir. 0 when every check passed, else 1."""
     files = upload_set(ROOT)
     for name in untracked_in_space(ROOT):
         print(f"warning: {name} is not tracked by git, so the Space would not get it", flush=True)

@@ -1,0 +1,129 @@
+"""What the rehearsal found: /race's answer and the app's log checked, and the summary it prints
+(space_rehearsal.py starts the Space and races).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from .space_checks import front_matter
+from .space_files import SpaceFile
+
+LOG_TAIL_CHARS = 6000
+# Gradio makes an asyncio event loop for each lock and stop event it creates outside a running loop
+# (gradio.utils.safe_get_lock and safe_get_stop_event: at Blocks(), queue() and launch()), sets it
+# as the thread's loop and never closes it, so each one the next replaces becomes garbage in a
+# reference cycle. With SYSTEM=spaces, the Spaces reload server's thread
+# (gradio.utils.watchfn_spaces) imports enough to set off a full collection after launch, and when
+# that collection finalises a loop's self-pipe socket before the loop, the loop's __del__ cannot
+# unregister the closed socket (fd -1). Python ignores the error; the loops never ran anything.
+DISCARDED_LOOP = ("BaseEventLoop.__del__", "ValueError: Invalid file descriptor: -1")
+
+
+@dataclass(frozen=True)
+class Start:
+    """What one start of the app measured, in seconds from launching `python app.py`."""
+
+    page_s: float  # the first HTTP 200 on /
+    answer_s: float  # the first race's full answer (it waits for the pair if the page came first)
+    result: dict  # that answer: {"vanilla": {...}, "ouroboros": {..., "verdict": {...}}}
+    log: str  # the app's stdout and stderr
+
+
+def race_problems(result) -> list[str]:
+    """What is wrong with /race's answer: both lanes present, the same tokens, verdict identical."""
+    if not isinstance(result, dict) or not {"vanilla", "ouroboros"} <= result.keys():
+        return [f"/race answered {str(result)[:200]!r}, not the two lanes"]
+    vanilla, ouroboros = result["vanilla"].get("token_ids"), result["ouroboros"].get("token_ids")
+    problems = []
+    if not vanilla:
+        problems.append("the vanilla lane wrote no tokens")
+    if vanilla != ouroboros:
+        problems.append(f"the lanes differ: vanilla {vanilla}, ouroboros {ouroboros}")
+    kind = (result["ouroboros"].get("verdict") or {}).get("kind")
+    if kind != "identical":
+        problems.append(f"the Ouroboros lane's verdict is {kind!r}, not 'identical'")
+    return problems
+
+
+def log_tracebacks(log: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The closing line of each traceback in the app's log: those raised, and, with the line that
+    names where, those Python ignored (an error in a __del__, such as DISCARDED_LOOP's)."""
+    raised, ignored = [], []
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            end = next(
+                (j for j in range(i + 1, len(lines)) if not lines[j].startswith(" ")), len(lines)
+            )
+            closing = lines[end] if end < len(lines) else "(the log ends inside it)"
+            if i and lines[i - 1].startswith("Exception ignored in"):
+                ignored.append((lines[i - 1], closing))
+            else:
+                raised.append(closing)
+    return raised, ignored
+
+
+def log_problems(log: str) -> list[str]:
+    return [f"the app's log holds a traceback: {closing}" for closing in log_tracebacks(log)[0]]
+
+
+def print_tail(what: str, text: str) -> None:
+    tail = text[-LOG_TAIL_CHARS:]
+    print(f"--- {what} (last {len(tail)} characters) ---\n{tail.rstrip()}\n--- end ---", flush=True)
+
+
+def python_note(files: list[SpaceFile]) -> str:
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    space = str(front_matter(files).get("python_version"))
+    note = f"Python {sys.version.split()[0]}"
+    return (
+        note
+        if space == here
+        else f"{note}, but the Space runs Python {space}: a rehearsal, not a replica"
+    )
+
+
+def summary(
+    files: list[SpaceFile], build: list[str], install_s: float, start: Start, problems: list[str]
+) -> str:
+    ouroboros = start.result.get("ouroboros", {}) if isinstance(start.result, dict) else {}
+    verdict = (ouroboros.get("verdict") or {}).get("kind")
+    return (
+        f"Rehearsal of the Space's start ({python_note(files)}):\n"
+        f"  install  {install_s:7.1f} s  "
+        f"requirements.txt, then the Space build's {' '.join(build)}\n"
+        f"  page     {start.page_s:7.1f} s  from starting python app.py to HTTP 200 on /\n"
+        f"  race     {start.answer_s:7.1f} s  "
+        "from starting python app.py to the first race's answer "
+        f"({len(ouroboros.get('token_ids') or [])} tokens, verdict {verdict!r})\n"
+        "  checks   upload set, LFS coverage, front matter: ok; "
+        "identical lanes, no traceback in the log: "
+        f"{'FAILED' if problems else 'ok'}" + ignored_note(start.log)
+    )
+
+
+def ignored_note(log: str) -> str:
+    """A note on the exceptions Python ignored: Gradio's discarded event loops told apart from
+    anything else."""
+    ignored = log_tracebacks(log)[1]
+    loops = [
+        entry
+        for entry in ignored
+        if DISCARDED_LOOP[0] in entry[0] and entry[1] == DISCARDED_LOOP[1]
+    ]
+    others = [closing for entry in ignored if entry not in loops for closing in entry[1:]]
+    note = ""
+    if loops:
+        note += (
+            f'\n  note     {len(loops)} "{DISCARDED_LOOP[1]}" in {DISCARDED_LOOP[0]}, '
+            "which Python ignored: event loops Gradio made and never closed, "
+            "collected after their sockets (harmless; see space_report.DISCARDED_LOOP)"
+        )
+    if others:
+        note += (
+            f"\n  note     the log holds {len(others)} other exception(s) Python ignored: "
+            f"{others[0]}"
+        )
+    return note
