@@ -1,4 +1,5 @@
-"""The command line: `python -m ouroboros_core generate ...` and `python -m ouroboros_core bench ...`."""
+"""The command line: `python -m ouroboros_core generate ...` and
+`python -m ouroboros_core bench ...`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .config import METHODS, ConfigError
 from .cpu import set_torch_threads
 from .events import DoneEvent, Source, StepEvent
 from .models import LoadError
-from .tools.bench import add_bench_parser
+from .tools.bench_cli import add_bench_parser
 
 # ANSI colours per token source; the legend printed with the stats line names them.
 COLOURS = {
@@ -44,8 +45,8 @@ def cmd_generate(args) -> int:
     engine = engine_from_args(args)
     if engine.chat and not args.raw and not (args.json or args.events):
         print(
-            f"{engine.name}: the prompt is sent as a user's chat turn; the answer follows (--raw sends the text "
-            f"as it is)\n",
+            f"{engine.name}: the prompt is sent as a user's chat turn; the answer follows (--raw "
+            f"sends the text as it is)\n",
             file=sys.stderr,
         )
     events = engine.stream(
@@ -75,7 +76,8 @@ def cmd_generate(args) -> int:
                 )
             elif not args.events:
                 legend = (
-                    "  [green: draft model, magenta: pool phrase, cyan: prompt lookup, plain: target]"
+                    "  [green: draft model, magenta: pool phrase, cyan: prompt lookup, "
+                    "plain: target]"
                     if colour
                     else ""
                 )
@@ -105,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--raw",
         action="store_true",
-        help="for a chat pair (the default): continue the prompt as it is instead of answering it as "
-        "a user's chat turn",
+        help="for a chat pair (the default): continue the prompt as it is instead of answering it "
+        "as a user's chat turn",
     )
     add_model_args(gen)
     add_method_args(gen)

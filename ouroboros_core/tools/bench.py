@@ -1,6 +1,7 @@
-"""The benchmark: every method a user could reach for, on the same prompts and pair, in one run.
+r"""The benchmark: every method a user could reach for, on the same prompts and pair, in one run.
 
-    python3 -m ouroboros_core bench --limit 20 --max-new-tokens 128 --out bench.json --chart bench.png
+    python3 -m ouroboros_core bench --limit 20 --max-new-tokens 128 \
+        --out bench.json --chart bench.png
 
 Methods run interleaved prompt by prompt after a warm-up, so drift hits them all alike. Speed is
 reported as ratios measured side by side; the lossless check compares every engine method's tokens
@@ -14,12 +15,10 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cli_args import add_method_args, add_model_args, engine_from_args, method_options
-from ..config import SAMPLING_OPTIONS as sampling_keys
-from ..config import ConfigError, OuroborosConfig, SamplingConfig, SpeculativeConfig
+from ..config import ConfigError, SpeculativeConfig
 from ..events import Stats
 from ..theory import (
     draft_cost_ratio,
@@ -27,18 +26,11 @@ from ..theory import (
     expected_tokens_per_forward,
     per_token_acceptance,
 )
-from .bench_report import (
-    HF_METHODS,
-    REFERENCE,
-    machine_description,
-    markdown_table,
-    provenance,
-    save_chart,
-)
+from .bench_report import HF_METHODS, REFERENCE, machine_description
 from .chat_requests import heldout_requests
-from .corpus import heldout_prompts
 
-WARM = "ouroboros_warm"  # Ouroboros with one phrase pool kept across the prompts (--warm-pool)
+# Ouroboros with one phrase pool kept across the prompts (--warm-pool)
+WARM = "ouroboros_warm"
 
 ENGINE_METHODS = {
     "vanilla": "engine vanilla",
@@ -46,22 +38,8 @@ ENGINE_METHODS = {
     "ouroboros": "engine ouroboros",
     WARM: "engine ouroboros, warm pool",
 }
-ALL_METHODS = list(HF_METHODS) + [
-    method for method in ENGINE_METHODS if method != WARM
-]  # --warm-pool adds WARM
-SWEEP_GRID = {
-    "gamma": [1, 2, 4, 6, 8],
-    "window": [0, 4, 8, 12],
-    "ngram": [3, 4, 5, 6],
-    "branches": [0, 1, 2, 4],
-    "lookup": [0, 8, 12, 16, 24],
-    "max_trunk": [1, 4, 6, 8],
-    "extend_above": [0.3, 0.4, 0.5, 1.0],
-    "extend_chance": [0.1, 0.13, 0.16, 0.2],
-    "second_above": [0.05, 0.1, 0.2, 1.0],
-    "lookup_above": [0.0, 0.02, 0.05, 0.1],
-    "draft_candidates": [0, 1, 2],
-}
+# --warm-pool adds WARM
+ALL_METHODS = list(HF_METHODS) + [method for method in ENGINE_METHODS if method != WARM]
 
 
 def humaneval_prompts(limit: int | None = None) -> list[dict]:
@@ -76,8 +54,8 @@ def humaneval_prompts(limit: int | None = None) -> list[dict]:
 
 
 def heldout_chat_requests(limit: int | None = None) -> list[dict]:
-    """chat_requests' held-out requests that are chat turns (plain completions left out: a chat pair's bench
-    measures its answers)."""
+    """chat_requests' held-out requests that are chat turns (plain completions left out: a chat
+    pair's bench measures its answers)."""
     requests = [request for request in heldout_requests() if request["chat"]]
     return requests[:limit] if limit else requests
 
@@ -101,17 +79,15 @@ def jsonl_prompts(path: Path, limit: int | None = None) -> list[dict]:
 
 @dataclass
 class MethodRun:
-    tokens: list[int] = field(default_factory=list)  # per prompt
+    # per prompt
+    tokens: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
-    stats: list[Stats] = field(
-        default_factory=list
-    )  # the engine's own figures per prompt (engine methods)
-    mismatches: list[dict] = field(
-        default_factory=list
-    )  # outputs that differ from greedy generate: a bug
-    float_ties: list[dict] = field(
-        default_factory=list
-    )  # outputs that part from it at a 16-bit float tie
+    # the engine's own figures per prompt (engine methods)
+    stats: list[Stats] = field(default_factory=list)
+    # outputs that differ from greedy generate: a bug
+    mismatches: list[dict] = field(default_factory=list)
+    # outputs that part from it at a 16-bit float tie
+    float_ties: list[dict] = field(default_factory=list)
 
     def total(self, name: str):
         return sum(getattr(stats, name) for stats in self.stats)
@@ -128,8 +104,8 @@ class MethodRun:
 def run_hf(
     engine, method: str, prompt: str, max_new_tokens: int, lookup_tokens: int, sampling: dict
 ):
-    """transformers' own generate: greedy, or sampled with the same temperature, top-p and seed (its own sampler,
-    so its sampled text differs from the engine's)."""
+    """transformers' own generate: greedy, or sampled with the same temperature, top-p and seed (its
+    own sampler, so its sampled text differs from the engine's)."""
     import torch
 
     from ouroboros_core.packed import unpacked
@@ -153,7 +129,8 @@ def run_hf(
         kwargs["prompt_lookup_num_tokens"] = lookup_tokens
     sync(target.device)
     started = time.perf_counter()
-    with torch.no_grad(), unpacked(target):  # transformers as a user has it, its own linear layers
+    # transformers as a user has it, its own linear layers
+    with torch.no_grad(), unpacked(target):
         out = target.generate(ids, **kwargs)
     sync(target.device)
     return out[0, ids.shape[1] :].tolist(), time.perf_counter() - started
@@ -176,25 +153,15 @@ def run_bench(
     progress=True,
     sampling: dict | None = None,
 ) -> dict:
-    """sampling: {temperature, top_p, seed} to sample (prompt i with seed + i, the same for every method), or None.
-    Greedy outputs are checked against transformers' greedy generate; sampled engine outputs against the engine's
-    vanilla ones (the same seed gives the same text), transformers' sampled ones are not (its own sampler)."""
+    """sampling: {temperature, top_p, seed} to sample (prompt i with seed + i, the same for every
+    method), or None. Greedy outputs are checked against transformers' greedy generate; sampled
+    engine outputs against the engine's vanilla ones (the same seed gives the same text),
+    transformers' sampled ones are not (its own sampler)."""
     from tqdm import tqdm
 
     runs = {m: MethodRun() for m in methods}
     reference_method = ("vanilla" if "vanilla" in methods else None) if sampling else REFERENCE
-    # Warm-up: every method once on the first prompt, not timed (its own pool: the warm pool starts empty).
-    for method in methods:
-        one(
-            engine,
-            method,
-            prompts[0]["prompt"],
-            min(16, max_new_tokens),
-            options,
-            lookup_tokens,
-            seeded(sampling, 0),
-            engine.new_pool() if method == WARM else None,
-        )
+    warm_up(engine, prompts[0]["prompt"], methods, max_new_tokens, options, lookup_tokens, sampling)
     pool = engine.new_pool(**pool_options(engine, options)) if WARM in methods else None
     bar = tqdm(
         total=len(prompts) * len(methods), desc="bench", disable=not progress, file=sys.stderr
@@ -208,23 +175,7 @@ def run_bench(
                 engine, method, item["prompt"], max_new_tokens, options, lookup_tokens, these, pool
             )
             bar.update(1)
-        ref_tokens = outputs[reference_method][0] if reference_method in outputs else None
-        for method in methods:
-            tokens, seconds, stats = outputs[method]
-            run = runs[method]
-            run.tokens.append(len(tokens))
-            run.seconds.append(seconds)
-            if stats is not None:
-                run.stats.append(stats)
-            if ref_tokens is not None and method in ENGINE_METHODS and method != reference_method:
-                verdict = engine.verdict(item["prompt"], ref_tokens, tokens, **(these or {}))
-                if verdict.kind != "identical":
-                    found = (
-                        run.float_ties
-                        if verdict.kind in ("float tie", "rounding boundary")
-                        else run.mismatches
-                    )
-                    found.append({"prompt": item["id"], **verdict.to_dict()})
+        record(engine, runs, methods, item, outputs, reference_method, these)
     bar.close()
     report = summarise(
         runs, methods, options, max_new_tokens, len(prompts), engine, reference_method
@@ -236,13 +187,52 @@ def run_bench(
     return report
 
 
+def warm_up(engine, prompt, methods, max_new_tokens, options, lookup_tokens, sampling) -> None:
+    """Every method once on the first prompt, not timed (its own pool: the warm pool starts
+    empty)."""
+    for method in methods:
+        one(
+            engine,
+            method,
+            prompt,
+            min(16, max_new_tokens),
+            options,
+            lookup_tokens,
+            seeded(sampling, 0),
+            engine.new_pool() if method == WARM else None,
+        )
+
+
+def record(engine, runs, methods, item, outputs, reference_method, sampling) -> None:
+    """One prompt's outputs into each method's run; an engine method's tokens that differ from the
+    reference method's are filed as a mismatch or a float tie, by the engine's verdict."""
+    ref_tokens = outputs[reference_method][0] if reference_method in outputs else None
+    for method in methods:
+        tokens, seconds, stats = outputs[method]
+        run = runs[method]
+        run.tokens.append(len(tokens))
+        run.seconds.append(seconds)
+        if stats is not None:
+            run.stats.append(stats)
+        if ref_tokens is not None and method in ENGINE_METHODS and method != reference_method:
+            verdict = engine.verdict(item["prompt"], ref_tokens, tokens, **(sampling or {}))
+            if verdict.kind != "identical":
+                found = (
+                    run.float_ties
+                    if verdict.kind in ("float tie", "rounding boundary")
+                    else run.mismatches
+                )
+                found.append({"prompt": item["id"], **verdict.to_dict()})
+
+
 def seeded(sampling: dict | None, index: int) -> dict | None:
     """Prompt `index`'s sampling settings: its own seed, the same for every method."""
     return {**sampling, "seed": sampling["seed"] + index} if sampling else None
 
 
 def pool_options(engine, options: dict) -> dict:
-    """The pool settings of the Ouroboros runs (the warm pool must hold as many phrases per key as they would)."""
+    """The pool settings of the Ouroboros runs (the warm pool must hold as many phrases per key as
+    they would)."""
     settings = {**engine.defaults.get("ouroboros", {}), **options.get("ouroboros", {})}
     return {name: settings[name] for name in ("guess_set", "pool_size") if name in settings}
 
@@ -261,12 +251,14 @@ def one(engine, method, prompt, max_new_tokens, options, lookup_tokens, sampling
     started = time.perf_counter()
     result = engine.generate(prompt, method, max_new_tokens, **method_options)
     sync(engine.target.device)
-    # Wall time of the whole call, tokenising included: the same clock as transformers' generate gets.
+    # Wall time of the whole call, tokenising included: the same clock as transformers' generate
+    # gets.
     return result.token_ids, time.perf_counter() - started, result.stats
 
 
 def ratios(run: MethodRun, base: MethodRun | None) -> tuple[float | None, float | None]:
-    """run's speed over base's: total tokens over total time, and the median of the per-prompt ratios."""
+    """run's speed over base's: total tokens over total time, and the median of the per-prompt
+    ratios."""
     if base is None:
         return None, None
     rate = (sum(run.tokens) / sum(run.seconds)) / (sum(base.tokens) / sum(base.seconds))
@@ -290,45 +282,9 @@ def summarise(
     checked = checked_against in runs
     for method in methods:
         run = runs[method]
-        rate = sum(run.tokens) / sum(run.seconds)
-        per_prompt = [t / s for t, s in zip(run.tokens, run.seconds)]
-        speedup, median_speedup = ratios(run, runs.get(REFERENCE))
-        row = {
-            "label": {**HF_METHODS, **ENGINE_METHODS}[method],
-            "tokens": sum(run.tokens),
-            "seconds": round(sum(run.seconds), 3),
-            "tokens_per_s": round(rate, 2),
-            "median_tokens_per_s": round(statistics.median(per_prompt), 2),
-            "speedup": speedup,
-            "median_speedup": median_speedup,
-        }
+        row = speed_row(run, method, runs)
         if method in ENGINE_METHODS:
-            over_vanilla, median_over_vanilla = ratios(run, runs.get("vanilla"))
-            row.update(
-                {
-                    "over_vanilla": over_vanilla,
-                    "median_over_vanilla": median_over_vanilla,
-                    "tokens_per_forward": round(sum(run.tokens) / run.forwards, 3)
-                    if run.forwards
-                    else None,
-                    "acceptance_rate": round(run.total("accepted_tokens") / run.drafted, 3)
-                    if run.drafted
-                    else None,
-                    "draft_share": round(
-                        run.total("draft_seconds")
-                        / (run.total("draft_seconds") + run.total("verify_seconds")),
-                        3,
-                    ),
-                    "mismatches": len(run.mismatches)
-                    if checked and method != checked_against
-                    else None,
-                    "float_ties": len(run.float_ties)
-                    if checked and method != checked_against
-                    else None,
-                    "mismatch_detail": run.mismatches[:10],
-                    "float_tie_detail": run.float_ties[:10],
-                }
-            )
+            row.update(engine_row(run, runs.get("vanilla"), checked and method != checked_against))
         if method == "speculative" and run.drafted and run.forwards:
             settings = {**engine.defaults.get("speculative", {}), **options.get("speculative", {})}
             gamma = settings.get("gamma", SpeculativeConfig().gamma)
@@ -345,10 +301,51 @@ def summarise(
     }
 
 
+def speed_row(run: MethodRun, method: str, runs: dict) -> dict:
+    """Every method's columns: its label, tokens, time, speed and speed over the reference's."""
+    rate = sum(run.tokens) / sum(run.seconds)
+    per_prompt = [t / s for t, s in zip(run.tokens, run.seconds)]
+    speedup, median_speedup = ratios(run, runs.get(REFERENCE))
+    return {
+        "label": {**HF_METHODS, **ENGINE_METHODS}[method],
+        "tokens": sum(run.tokens),
+        "seconds": round(sum(run.seconds), 3),
+        "tokens_per_s": round(rate, 2),
+        "median_tokens_per_s": round(statistics.median(per_prompt), 2),
+        "speedup": speedup,
+        "median_speedup": median_speedup,
+    }
+
+
+def engine_row(run: MethodRun, vanilla: MethodRun | None, compared: bool) -> dict:
+    """An engine method's own columns: speed over the engine's vanilla, tokens per target forward,
+    acceptance, the draft's share of the time, and (where it was compared with the reference
+    method) its mismatches and float ties."""
+    over_vanilla, median_over_vanilla = ratios(run, vanilla)
+    return {
+        "over_vanilla": over_vanilla,
+        "median_over_vanilla": median_over_vanilla,
+        "tokens_per_forward": round(sum(run.tokens) / run.forwards, 3) if run.forwards else None,
+        "acceptance_rate": round(run.total("accepted_tokens") / run.drafted, 3)
+        if run.drafted
+        else None,
+        "draft_share": round(
+            run.total("draft_seconds") / (run.total("draft_seconds") + run.total("verify_seconds")),
+            3,
+        ),
+        "mismatches": len(run.mismatches) if compared else None,
+        "float_ties": len(run.float_ties) if compared else None,
+        "mismatch_detail": run.mismatches[:10],
+        "float_tie_detail": run.float_ties[:10],
+    }
+
+
 def expected_speculative(run: MethodRun, gamma: int) -> dict:
-    """The speedup the draft-model formula predicts from this run's own per-token acceptance and costs."""
+    """The speedup the draft-model formula predicts from this run's own per-token acceptance and
+    costs."""
     a = per_token_acceptance(run.total("accepted_tokens"), run.total("rejected_steps"))
-    # c: one draft forward's cost over one target forward's (speculative drafts one token per forward).
+    # c: one draft forward's cost over one target forward's (speculative drafts one token per
+    # forward).
     c = draft_cost_ratio(
         run.total("draft_seconds"), run.drafted, run.total("verify_seconds"), run.forwards
     )
@@ -358,157 +355,3 @@ def expected_speculative(run: MethodRun, gamma: int) -> dict:
         "expected_tokens_per_forward": round(expected_tokens_per_forward(a, gamma), 3),
         "expected_speedup": round(expected_speedup(a, gamma, c), 3),
     }
-
-
-def sweep(engine, prompts, max_new_tokens, progress=True, sampling: dict | None = None) -> dict:
-    """Coordinate search over Ouroboros settings: vary one knob at a time around the best so far, each
-    setting measured against vanilla on the same prompts in the same run. Returns every trial and the best."""
-    start = {
-        **asdict(OuroborosConfig()),
-        **engine.defaults.get("ouroboros", {}),
-    }  # the pair's own settings
-    best = {name: start[name] for name in SWEEP_GRID}
-    trials: dict[tuple, dict] = {}
-
-    def measure(options: dict) -> dict:
-        key = tuple(sorted(options.items()))
-        if key not in trials:
-            report = run_bench(
-                engine,
-                prompts,
-                ["vanilla", "ouroboros"],
-                max_new_tokens,
-                {"ouroboros": options},
-                progress=False,
-                sampling=sampling,
-            )
-            rows = report["methods"]
-            trials[key] = {
-                **options,
-                "speedup_over_vanilla": round(
-                    rows["ouroboros"]["tokens_per_s"] / rows["vanilla"]["tokens_per_s"], 3
-                ),
-                "tokens_per_forward": rows["ouroboros"]["tokens_per_forward"],
-                "mismatches": rows["ouroboros"]["mismatches"],
-            }
-            if progress:
-                print(json.dumps(trials[key]), file=sys.stderr, flush=True)
-        return trials[key]
-
-    for name, values in SWEEP_GRID.items():
-        for value in values:
-            trial = measure({**best, name: value})
-            if trial["speedup_over_vanilla"] > measure(best)["speedup_over_vanilla"]:
-                best = {**best, name: value}
-    return {"results": list(trials.values()), "best": measure(best)}
-
-
-def add_bench_parser(sub) -> None:
-    bench = sub.add_parser(
-        "bench", help="benchmark every method side by side on HumanEval or a JSONL file"
-    )
-    bench.add_argument("--limit", type=int, help="first N prompts only")
-    prompts = bench.add_mutually_exclusive_group()
-    prompts.add_argument(
-        "--prompts", type=Path, help='a JSONL file of {"prompt": ...} objects instead of HumanEval'
-    )
-    prompts.add_argument(
-        "--heldout",
-        action="store_true",
-        help="function stubs from the installed pip's source (Python the pair never saw) instead",
-    )
-    prompts.add_argument(
-        "--requests",
-        action="store_true",
-        help="held-out chat requests about pip's code (write, explain, list, a class, JSON, tests; "
-        "none in the default draft's training) instead, for a chat pair",
-    )
-    bench.add_argument("--max-new-tokens", type=int, default=128)
-    bench.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset")
-    bench.add_argument(
-        "--lookup-tokens", type=int, default=10, help="transformers prompt_lookup_num_tokens"
-    )
-    bench.add_argument("--out", type=Path, help="write the report as JSON here")
-    bench.add_argument("--chart", type=Path, help="write a PNG chart of the speedups here")
-    bench.add_argument(
-        "--sweep", action="store_true", help="search Ouroboros settings and report the best"
-    )
-    bench.add_argument(
-        "--temperature", type=float, help="sample at this temperature (default: greedy)"
-    )
-    bench.add_argument(
-        "--top-p", type=float, default=None, help="nucleus mass kept when sampling (default 1.0)"
-    )
-    bench.add_argument(
-        "--seed", type=int, default=0, help="prompt i samples with seed S + i in every method"
-    )
-    bench.add_argument(
-        "--warm-pool",
-        action="store_true",
-        help="add a row: Ouroboros with one phrase pool kept across the prompts",
-    )
-    bench.add_argument("--no-progress", action="store_true")
-    add_model_args(bench)
-    add_method_args(bench)
-    bench.set_defaults(func=cmd_bench)
-
-
-def cmd_bench(args) -> int:
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in ALL_METHODS]
-    if unknown or not methods:
-        raise ConfigError(
-            f"--methods takes a comma-separated subset of {', '.join(ALL_METHODS)}; got {unknown}"
-        )
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {args.limit}")
-    if args.heldout:
-        prompts, prompt_set = heldout_prompts(args.limit), "Held-out (pip) function"
-    elif args.requests:
-        prompts, prompt_set = heldout_chat_requests(args.limit), "Held-out chat request"
-    elif args.prompts:
-        prompts, prompt_set = jsonl_prompts(args.prompts, args.limit), args.prompts.name
-    else:
-        prompts, prompt_set = humaneval_prompts(args.limit), "HumanEval-style"
-    sampling = None
-    if args.temperature:
-        sampling = {
-            "temperature": args.temperature,
-            "top_p": 1.0 if args.top_p is None else args.top_p,
-            "seed": args.seed,
-        }
-        SamplingConfig(**sampling)  # a bad setting fails before any model loads
-    elif args.top_p is not None:
-        raise ConfigError("--top-p needs --temperature above 0 (greedy decoding keeps no nucleus)")
-    if args.warm_pool:
-        methods.append(WARM)
-    engine = engine_from_args(args)
-    if args.sweep:
-        report = sweep(
-            engine, prompts, args.max_new_tokens, progress=not args.no_progress, sampling=sampling
-        )
-        print("best:", json.dumps(report["best"]))
-    else:
-        options = {
-            method: {
-                k: v for k, v in method_options(args, method).items() if k not in sampling_keys
-            }
-            for method in ("speculative", "ouroboros")
-        }
-        report = run_bench(
-            engine,
-            prompts,
-            methods,
-            args.max_new_tokens,
-            options,
-            args.lookup_tokens,
-            progress=not args.no_progress,
-            sampling=sampling,
-        )
-        report["prompt_set"] = prompt_set
-        print(markdown_table(report))
-        if args.chart:
-            save_chart(report, args.chart)
-    if args.out:
-        args.out.write_text(json.dumps({"provenance": provenance(engine), **report}, indent=1))
-    return 0
