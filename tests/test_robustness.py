@@ -1,10 +1,10 @@
 """Hostile and odd input through the launched app's public API (/race), end to end.
 
-Every knob and the token budget out of range, fractional, non-finite, a string or a bool; prompts
-far too long, with control characters, with a lone surrogate (only Gradio's raw HTTP API can carry
-one), in emoji and CJK, with markup; and a client that cancels mid-race. Each refusal must name the
-limit it enforces, no traceback may reach the caller, and the app must keep serving (and stay
-lossless) afterwards. (An unexpected failure inside the race: tests/test_unexpected_error.py.)
+Every knob and the token budget out of range, fractional, non-finite, a string or a bool; and a
+client that cancels mid-race. Each refusal must name the limit it enforces, no traceback may reach
+the caller, and the app must keep serving (and stay lossless) afterwards. (Hostile prompts, with
+this module's helpers: tests/test_robustness_prompts.py. An unexpected failure inside the race:
+tests/test_unexpected_error.py.)
 
 Like tests/test_app.py, nothing here depends on the generated text, only on behaviour.
 """
@@ -107,8 +107,8 @@ def raw_race(url: str, prompt, max_new_tokens, **knobs) -> tuple[str, object, st
         max_new_tokens,
         *(knobs.get(name) for name in KNOB_ORDER),
         *sampling.values(),
-        False,
-    ]  # raw
+        False,  # raw
+    ]
     body = json.dumps({"data": data}, ensure_ascii=True, allow_nan=True)
     with httpx.Client(timeout=RACE_TIMEOUT_S) as http:
         posted = http.post(
@@ -173,8 +173,6 @@ def test_bad_knob_is_refused_by_name_and_range(client, knob, value):
     assert_serving(client)
 
 
-# Those tests/test_app.py does not cover: just past the cap, and a bool (True == 1 would pass a
-# plain range check).
 def test_an_expected_refusal_is_one_log_line_without_a_traceback(client, app_server):  # noqa: F811
     if not hasattr(app_server, "log_text"):
         pytest.skip("the app at $OUROBOROS_APP_URL has no log to read")
@@ -195,6 +193,8 @@ def test_an_expected_refusal_is_one_log_line_without_a_traceback(client, app_ser
     assert_serving(client)
 
 
+# Those tests/test_app.py does not cover: just past the cap, and a bool (True == 1 would pass a
+# plain range check).
 @pytest.mark.parametrize("value", [MAX_NEW_TOKENS + 1, True], ids=["above-cap", "bool"])
 def test_bad_max_new_tokens_is_refused_by_range(client, value):
     message = refusal(client, CODE_PROMPT, value)
@@ -240,12 +240,8 @@ def test_non_finite_number_is_refused_by_name_and_range(
         {"gamma": 1, "window": 0, "ngram": 2, "branches": 0},
         {"gamma": 16, "window": 32, "ngram": 2, "branches": 0},
         {"gamma": 1, "window": 0, "ngram": 8, "branches": 8},
-        {
-            "gamma": 2.0,
-            "window": 4.0,
-            "ngram": 3.0,
-            "branches": 1.0,
-        },  # what the page's sliders send
+        # what the page's sliders send
+        {"gamma": 2.0, "window": 4.0, "ngram": 3.0, "branches": 1.0},
     ],
     ids=["all-high", "all-low", "mixed-1", "mixed-2", "whole-floats"],
 )
@@ -255,109 +251,6 @@ def test_boundary_knobs_are_accepted_and_lossless(client, knobs):
     # Vanilla ignores the knobs: the same output as with the defaults, so Ouroboros matches that
     # too.
     assert result["vanilla"]["token_ids"] == race(client, CODE_PROMPT, 24)["vanilla"]["token_ids"]
-    assert_serving(client)
-
-
-# ---------------------------------------------------------------------------------------- prompts
-
-
-def test_megabyte_prompt_names_the_character_cap(client):
-    message = refusal(client, "x" * 1_000_000, 8)
-    assert "32,000" in message and "1,000,000" in message, message
-    assert_serving(client)
-
-
-@pytest.mark.parametrize(
-    "control",
-    ["\x00", "\x1b[31m", "\x7f", "\x0b", "\x85", "\x9b"],
-    ids=["nul", "ansi-escape", "delete", "vertical-tab", "c1-next-line", "c1-csi"],
-)
-def test_control_character_is_named_with_its_position(client, control):
-    prefix = CODE_PROMPT + "    # colour: "
-    message = refusal(client, prefix + control + "red\n", 8)
-    assert "control character" in message.lower(), message
-    assert f"U+{ord(control[0]):04X}" in message, message
-    assert f"character {len(prefix)}" in message, message
-    assert_serving(client)
-
-
-def test_tab_newlines_and_form_feed_are_accepted(client):
-    prompt = 'import os\f\n\ndef walk(path):\r\n\t"""List the files under path."""\n\t'
-    assert_lossless(race(client, prompt, 16), 16)
-    assert_serving(client)
-
-
-@pytest.mark.parametrize("surrogate", ["\ud800", "\udfff"], ids=["high", "low"])
-def test_lone_surrogate_is_refused_without_a_traceback(client, app_server, surrogate):  # noqa: F811
-    prefix = CODE_PROMPT + "    # "
-    message = raw_error(app_server.url, prefix + surrogate + "\n", 8)
-    assert "surrogate" in message.lower(), message
-    assert f"U+{ord(surrogate):04X}" in message, message
-    assert f"character {len(prefix)}" in message, message
-    assert_serving(client)
-
-
-def test_escaped_surrogate_pair_is_one_valid_character(client, app_server):  # noqa: F811
-    # "\ud83d\ude00" in JSON is the one character U+1F600, not two lone surrogates: it must be
-    # accepted.
-    event, payload, stream = raw_race(app_server.url, "# \U0001f600 smile\n" + CODE_PROMPT, 8)
-    assert event == "complete", stream[-2000:]
-    (result,) = payload
-    assert_lossless(result, 8)
-    assert_serving(client)
-
-
-MULTIBYTE_PROMPTS = {
-    "emoji": "# \U0001f40d Python \U0001f389\ndef greet(name):\n"
-    '    """Say hi \U0001f44b to name \U0001f600."""\n'
-    '    return "\U0001f44b " + name + " \U0001f600\U0001f600"\n\n'
-    'def cheer():\n    return "',
-    "cjk": '# 数据处理工具\ndef 计算总和(数字列表):\n    """返回列表中所有数字的总和。"""\n    总和 = 0\n'
-    '    for 数字 in 数字列表:\n        总和 += 数字\n    return 总和\n\ndef 平均值(数字列表):\n    """返回',
-    "zwj-combining": "# family: \U0001f468\u200d\U0001f469\u200d\U0001f467, café, cafe\u0301, 한국어\n"
-    "def label(person):\n"
-    '    return "\U0001f468\u200d\U0001f469\u200d\U0001f467 " + person\n',
-}
-
-
-@pytest.mark.parametrize("prompt", MULTIBYTE_PROMPTS.values(), ids=MULTIBYTE_PROMPTS.keys())
-def test_multibyte_prompt_streams_prefixes_of_identical_lanes(client, prompt):
-    # Multi-byte characters span several byte-level BPE tokens: in the prompt (and so in the
-    # phrases Ouroboros looks up there), and in the output whenever the model emits them. A
-    # streamed text must never hold half a character (nor a replacement character) that the final
-    # text then replaces.
-    job = client.submit(prompt, 48, None, None, None, None, api_name="/race")
-    final = job.result(timeout=RACE_TIMEOUT_S)
-    assert_lossless(final, 48)
-    streamed = job.outputs()
-    assert streamed, "nothing was streamed"
-    assert streamed[-1] == final
-    for update in streamed:
-        for method, lane in update.items():
-            done = final[method]
-            assert isinstance(lane["text"], str), method
-            lane["text"].encode("utf-8")
-            assert done["text"].startswith(lane["text"]), (method, lane["text"], done["text"])
-            assert done["token_ids"][: len(lane["token_ids"])] == lane["token_ids"], method
-    assert_serving(client)
-
-
-@pytest.mark.parametrize(
-    "prompt",
-    [
-        "<script>alert(1)</script>\ndef f():\n",
-        '"><img src=x onerror=alert(1)>\n<!-- {{7*7}} ${7*7} -->\ndef render(html):\n'
-        '    return "<b>" + html + "</b>"\n',
-    ],
-    ids=["script", "attribute-and-template"],
-)
-def test_markup_in_the_prompt_is_plain_text_through_the_api(client, prompt):
-    result = race(client, prompt, 24)
-    assert_lossless(result, 24)
-    for method, lane in result.items():
-        # The API returns the model's text, not the page's rendering of it.
-        assert "<span" not in lane["text"] and '<pre class="lane-text">' not in lane["text"], method
-        assert "&lt;" not in lane["text"] and "&amp;" not in lane["text"], method
     assert_serving(client)
 
 
@@ -405,7 +298,8 @@ def test_cancelled_api_race_stops_early_and_frees_the_device(client, app_server)
                 cancelled = match
         time.sleep(0.2)
     assert cancelled, f"no unfinished or cancelled 'race api:' line:\n{app_server.log_text()}"
-    assert int(cancelled.group(2)) < MAX_NEW_TOKENS, cancelled.group(0)  # vanilla, the slower lane
+    # group 2: vanilla, the slower lane
+    assert int(cancelled.group(2)) < MAX_NEW_TOKENS, cancelled.group(0)
 
 
 def test_race_ratio_tool_reads_the_lanes_own_clocks(app_server):  # noqa: F811
