@@ -1,5 +1,6 @@
-"""Every bench JSON says where its figures came from: the commit and whether the tree had changes, the date, the
-CPU and its speed flags, the library versions and threads, the device and dtype, and the command that ran."""
+"""Every bench JSON says where its figures came from: the commit and whether the tree had changes,
+the date, the CPU and its speed flags, the library versions and threads, the device and dtype, and
+the command that ran."""
 
 import json
 import os
@@ -24,9 +25,10 @@ def git(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
 
 
-def test_the_bench_json_records_its_provenance(tmp_path):
+def bench_provenance(tmp_path: Path, out: Path) -> dict:
+    """A one-prompt bench of a tiny pair on the CPU, its JSON written to `out`: its provenance."""
     pair = save_tiny_pair(tmp_path / "pair")
-    prompts, out = tmp_path / "prompts.jsonl", tmp_path / "bench.json"
+    prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "def a():\\n"}\n')
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
@@ -58,8 +60,10 @@ def test_the_bench_json_records_its_provenance(tmp_path):
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    made = json.loads(out.read_text())["provenance"]
+    return json.loads(out.read_text())["provenance"]
 
+
+def check_commit_and_date(made: dict) -> None:
     head = git("rev-parse", "HEAD")
     if head.returncode == 0:  # this checkout: the commit it ran, and whether it differed from it
         assert (
@@ -72,6 +76,9 @@ def test_the_bench_json_records_its_provenance(tmp_path):
     assert ran_at.utcoffset() == timedelta(0)
     assert timedelta(0) <= datetime.now(timezone.utc) - ran_at < timedelta(minutes=10)
 
+
+def check_cpu(made: dict) -> None:
+    """The CPU's name and speed flags, as /proc/cpuinfo reads where there is one."""
     assert isinstance(made["cpu"], str) and made["cpu"].strip()
     assert set(made["cpu_flags"]) <= set(bench_report.SPEED_FLAGS)
     cpuinfo = Path("/proc/cpuinfo")
@@ -91,6 +98,12 @@ def test_the_bench_json_records_its_provenance(tmp_path):
         )
         assert made["cpu_flags"] == [flag for flag in bench_report.SPEED_FLAGS if flag in flags]
 
+
+def test_the_bench_json_records_its_provenance(tmp_path):
+    out = tmp_path / "bench.json"
+    made = bench_provenance(tmp_path, out)
+    check_commit_and_date(made)
+    check_cpu(made)
     assert made["python"] == platform.python_version()
     assert made["torch"] == torch.__version__ and made["transformers"] == transformers.__version__
     assert isinstance(made["torch_threads"], int) and made["torch_threads"] >= 1
