@@ -1,12 +1,14 @@
-"""One verdict for "same output": two token sequences from the same target and prompt are identical, differ
-at a float tie (greedy: either token is the target's greedy choice), differ at a rounding boundary (sampled:
-either token is the target's sample at that position's noise), or mismatch (a bug).
+"""One verdict for "same output": two token sequences from the same target and prompt are identical,
+differ at a float tie (greedy: either token is the target's greedy choice), differ at a rounding
+boundary (sampled: either token is the target's sample at that position's noise), or mismatch (a
+bug).
 
-In 16-bit floats a forward over many tokens rounds differently from a forward over one. Greedy: where the
-target's two best tokens score the same, or one rounding step apart, the argmax can fall either way between a
-plain decode and a verified draft. Sampled: the sample is the token whose tempered score plus the position's
-fixed noise for it is highest (sampling.position_noise); where two tokens' keyed scores lie within rounding of
-each other, either is the target's sample. The engine measures it itself with one more target forward.
+In 16-bit floats a forward over many tokens rounds differently from a forward over one. Greedy:
+where the target's two best tokens score the same, or one rounding step apart, the argmax can fall
+either way between a plain decode and a verified draft. Sampled: the sample is the token whose
+tempered score plus the position's fixed noise for it is highest (sampling.position_noise); where
+two tokens' keyed scores lie within rounding of each other, either is the target's sample. The
+engine measures it itself with one more target forward.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from .sampling import keyed_scores, position_noise
 from .verify import input_device
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
-# The check's own forward (prompt and common prefix in one pass) has a third shape, so its scores may sit one
-# rounding step away from those either run saw: a gap of 0 or 1 step there reads as up to 2 steps here.
+# The check's own forward (prompt and common prefix in one pass) has a third shape, so its scores
+# may sit one rounding step away from those either run saw: a gap of 0 or 1 step there reads as up
+# to 2 steps here.
 TIE_STEPS = 2
 
 
@@ -32,8 +35,9 @@ CALM = ("identical", "float tie", "rounding boundary")  # the kinds that are the
 class OutputVerdict:
     kind: str  # "identical", "float tie", "rounding boundary" or "mismatch"
     first_difference: int | None  # index of the first new token that differs; None when identical
-    # Greedy: the target's score gap between the two tokens chosen there. Sampled: how far the reference token's
-    # keyed score (tempered score plus noise) lies below the highest one there (0: it is the sample), this forward.
+    # Greedy: the target's score gap between the two tokens chosen there. Sampled: how far the
+    # reference token's keyed score (tempered score plus noise) lies below the highest one there (0:
+    # it is the sample), this forward.
     margin: float | None
     dtype: str  # the target's dtype, for the explanation
     sampled: bool = False  # the outputs were sampled (the margin is then a gap in keyed scores)
@@ -52,14 +56,16 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def rounding_step(dtype: torch.dtype, magnitude: float) -> float:
-    """The distance between neighbouring values of `dtype` around `magnitude` (one unit in the last place)."""
+    """The distance between neighbouring values of `dtype` around `magnitude` (one unit in the last
+    place)."""
     exponent = math.floor(math.log2(magnitude)) if magnitude > 0 else 0
     return torch.finfo(dtype).eps * 2.0**exponent
 
 
 def within_rounding(scores: torch.Tensor, tokens: list[int], dtype: torch.dtype) -> bool:
-    """Whether every one of `tokens` scores within TIE_STEPS rounding steps of the best score (V,): either could
-    be the argmax of a forward of another shape. Never in float32, whose rounding is far below any real gap."""
+    """Whether every one of `tokens` scores within TIE_STEPS rounding steps of the best score (V,):
+    either could be the argmax of a forward of another shape. Never in float32, whose rounding is
+    far below any real gap."""
     if dtype not in SIXTEEN_BIT:
         return False
     best = float(scores.max())
@@ -77,9 +83,9 @@ def rounding_steps(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def nucleus_bounds(
     scores: torch.Tensor, temperature: float, top_p: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which tokens (V,) the nucleus keeps in some rounding of the scores, and which in every rounding: each
-    score may move by TIE_STEPS rounding steps, and a token is kept where the mass ranked above it is below
-    top_p."""
+    """Which tokens (V,) the nucleus keeps in some rounding of the scores, and which in every
+    rounding: each score may move by TIE_STEPS rounding steps, and a token is kept where the mass
+    ranked above it is below top_p."""
     scores = scores.double()
     everyone = torch.ones_like(scores, dtype=torch.bool)
     if top_p >= 1.0:
@@ -106,13 +112,14 @@ def drawable(
     noise: torch.Tensor,
     dtype: torch.dtype,
 ) -> bool:
-    """Whether each of `tokens` could be the target's sample, at this position's noise (V,), in a forward of
-    another shape.
+    """Whether each of `tokens` could be the target's sample, at this position's noise (V,), in a
+    forward of another shape.
 
-    Every score (V,) may move by TIE_STEPS rounding steps. A token is the sample where its tempered score plus
-    its noise is the highest of the nucleus (sampling.keyed_scores): it could be where, rounded up, it reaches
-    the highest that any token the nucleus keeps in every rounding has rounded down; a token the nucleus keeps
-    only in some roundings counts. Never in float32, whose rounding is far below any real gap."""
+    Every score (V,) may move by TIE_STEPS rounding steps. A token is the sample where its tempered
+    score plus its noise is the highest of the nucleus (sampling.keyed_scores): it could be where,
+    rounded up, it reaches the highest that any token the nucleus keeps in every rounding has
+    rounded down; a token the nucleus keeps only in some roundings counts. Never in float32, whose
+    rounding is far below any real gap."""
     if dtype not in SIXTEEN_BIT:
         return False
     scores = scores.double()
@@ -126,13 +133,59 @@ def drawable(
 def keyed_gap(
     scores: torch.Tensor, token: int, temperature: float, top_p: float, seed: int, position: int
 ) -> float:
-    """How far `token`'s keyed score lies below the best one in this forward (0 when it is the sample there); a
-    token the nucleus leaves out here is measured by its score as if kept."""
+    """How far `token`'s keyed score lies below the best one in this forward (0 when it is the
+    sample there); a token the nucleus leaves out here is measured by its score as if kept."""
     keyed = keyed_scores(scores[None], temperature, top_p, seed, [position])[0]
     own = float(scores[token].double()) / temperature + float(
         position_noise(seed, [position], torch.tensor([token], device=scores.device))[0, 0]
     )
     return max(0.0, float(keyed.max()) - own)
+
+
+@dataclass(frozen=True)
+class TargetChoices:
+    """The target's scores over b from the first difference on, from one teacher-forced forward
+    over the prompt and b, and whether a token there could be its own choice: its greedy one
+    (temperature 0) or its sample at that position's noise."""
+
+    rows: torch.Tensor  # (len(b) - at, V): predicting b[at:]
+    dtype: torch.dtype
+    temperature: float
+    top_p: float
+    seed: int | None
+    positions: range
+    noise: torch.Tensor | None
+
+    @classmethod
+    def measure(cls, target, prompt_ids, b, at, temperature, top_p, seed) -> TargetChoices:
+        ids = torch.tensor([list(prompt_ids) + b[:-1]], device=input_device(target))
+        rows = target(input_ids=ids, logits_to_keep=len(b) - at).logits[0]
+        positions = range(len(prompt_ids) + at, len(prompt_ids) + len(b))
+        noise = (
+            position_noise(seed, positions, torch.arange(rows.shape[-1], device=rows.device))
+            if temperature > 0.0
+            else None
+        )
+        return cls(rows, target.dtype, temperature, top_p, seed, positions, noise)
+
+    def possible(self, offset: int, tokens: list[int]) -> bool:
+        """Whether each of tokens could be the target's own choice at b[at + offset]."""
+        if self.temperature == 0.0:
+            return within_rounding(self.rows[offset], tokens, self.dtype)
+        return drawable(
+            self.rows[offset], tokens, self.temperature, self.top_p, self.noise[offset], self.dtype
+        )
+
+    def margin(self, offset: int, token: int, other: int | None = None) -> float:
+        rows = self.rows
+        if self.temperature > 0.0:
+            return keyed_gap(
+                rows[offset], token, self.temperature, self.top_p, self.seed, self.positions[offset]
+            )
+        return abs(
+            float(rows[offset, token])
+            - float(rows[offset].max() if other is None else rows[offset, other])
+        )
 
 
 @torch.no_grad()
@@ -145,58 +198,38 @@ def output_verdict(
     top_p: float = 1.0,
     seed: int | None = None,
 ) -> OutputVerdict:
-    """Compare output b with output a (new tokens of `target` for the same prompt; a is the reference),
-    decoded greedily (temperature 0) or sampled with these settings and seed.
+    """Compare output b with output a (new tokens of `target` for the same prompt; a is the
+    reference), decoded greedily (temperature 0) or sampled with these settings and seed.
 
-    A float tie (greedy) needs both tokens at the first difference to be the target's best within rounding,
-    and every token of b after it to be the target's best within rounding given b's own prefix: b is then a
-    greedy output too. A rounding boundary (sampled) needs the same of the target's sample at each position's
-    noise. One teacher-forced forward over the prompt and b measures it all.
+    A float tie (greedy) needs both tokens at the first difference to be the target's best within
+    rounding, and every token of b after it to be the target's best within rounding given b's own
+    prefix: b is then a greedy output too. A rounding boundary (sampled) needs the same of the
+    target's sample at each position's noise. One teacher-forced forward over the prompt and b
+    measures it all.
     """
     dtype = str(target.dtype).replace("torch.", "")
     a, b = list(a), list(b)
     at = first_difference(a, b)
     if at is None:
         return OutputVerdict("identical", None, None, dtype)
-    if at == min(
-        len(a), len(b)
-    ):  # one output stops where the other goes on: not a choice between two tokens
+    # one output stops where the other goes on: not a choice between two tokens
+    if at == min(len(a), len(b)):
         return OutputVerdict("mismatch", at, None, dtype)
-    ids = torch.tensor([list(prompt_ids) + b[:-1]], device=input_device(target))
-    rows = target(input_ids=ids, logits_to_keep=len(b) - at).logits[
-        0
-    ]  # (len(b) - at, V): predicting b[at:]
-
-    positions = range(len(prompt_ids) + at, len(prompt_ids) + len(b))
-    noise = (
-        position_noise(seed, positions, torch.arange(rows.shape[-1], device=rows.device))
-        if temperature > 0.0
-        else None
-    )
-
-    def possible(
-        offset: int, tokens: list[int]
-    ) -> bool:  # each of tokens could be the target's own choice
-        if temperature == 0.0:
-            return within_rounding(rows[offset], tokens, target.dtype)
-        return drawable(rows[offset], tokens, temperature, top_p, noise[offset], target.dtype)
-
-    def margin(offset: int, token: int, other: int | None = None) -> float:
-        if temperature > 0.0:
-            return keyed_gap(rows[offset], token, temperature, top_p, seed, positions[offset])
-        return abs(
-            float(rows[offset, token])
-            - float(rows[offset].max() if other is None else rows[offset, other])
-        )
-
+    choices = TargetChoices.measure(target, prompt_ids, b, at, temperature, top_p, seed)
     sampled = temperature > 0.0
-    if not possible(0, [a[at], b[at]]):
-        return OutputVerdict("mismatch", at, margin(0, a[at], b[at]), dtype, sampled)
+    if not choices.possible(0, [a[at], b[at]]):
+        return OutputVerdict("mismatch", at, choices.margin(0, a[at], b[at]), dtype, sampled)
     for offset, token in enumerate(b[at + 1 :], start=1):
-        if not possible(offset, [token]):
-            return OutputVerdict("mismatch", at + offset, margin(offset, token), dtype, sampled)
+        if not choices.possible(offset, [token]):
+            return OutputVerdict(
+                "mismatch", at + offset, choices.margin(offset, token), dtype, sampled
+            )
     return OutputVerdict(
-        "rounding boundary" if sampled else "float tie", at, margin(0, a[at], b[at]), dtype, sampled
+        "rounding boundary" if sampled else "float tie",
+        at,
+        choices.margin(0, a[at], b[at]),
+        dtype,
+        sampled,
     )
 
 
@@ -206,13 +239,15 @@ def explain(verdict: OutputVerdict, name: str = "Ouroboros") -> str:
         return "identical outputs, token for token"
     if verdict.kind == "float tie":
         return (
-            f"identical up to token {verdict.first_difference}, where the target's two best tokens scored "
-            f"the same within {verdict.dtype} rounding (gap {verdict.margin:g}); either is its greedy choice"
+            f"identical up to token {verdict.first_difference}, where the target's two best tokens "
+            f"scored the same within {verdict.dtype} rounding (gap {verdict.margin:g}); either is "
+            f"its greedy choice"
         )
     if verdict.kind == "rounding boundary":
         return (
-            f"identical up to token {verdict.first_difference}, where two tokens' randomised scores were equal "
-            f"within {verdict.dtype} rounding (gap {verdict.margin:.2g}); either is the target's sample there"
+            f"identical up to token {verdict.first_difference}, where two tokens' randomised "
+            f"scores were equal within {verdict.dtype} rounding (gap {verdict.margin:.2g}); either "
+            f"is the target's sample there"
         )
     if verdict.sampled:
         gap = (
