@@ -1,4 +1,5 @@
-"""Ouroboros speculative decoding on stock transformers models: one engine, three methods, typed events."""
+"""Ouroboros speculative decoding on stock transformers models: one engine, three methods, typed
+events."""
 
 from .config import METHODS, ConfigError, OuroborosConfig, SamplingConfig, SpeculativeConfig
 from .engine import Engine

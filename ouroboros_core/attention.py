@@ -1,12 +1,13 @@
 """The target's attention over a verification's tree on a CPU, without copying its key/value heads.
 
-A model with grouped-query attention (SmolLM2: 9 query heads share 3 key/value heads) runs a forward of
-several rows under a mask (the tree a verification checks) through transformers' SDPA function, which
-first repeats every cached key and value head once per query head it serves, in every layer. torch's
-SDPA takes the groups as they are (`enable_gqa=True`), and transformers uses that on a CPU only when
-there is no mask. `tree_sdpa` is transformers' SDPA with that one change, for masked forwards of several
-rows on a CPU; every other call (one row, no mask, an accelerator) goes to transformers' own function.
-Same products, same order: the outputs are equal (tests/test_attention.py), the copy is gone.
+A model with grouped-query attention (SmolLM2: 9 query heads share 3 key/value heads) runs a forward
+of several rows under a mask (the tree a verification checks) through transformers' SDPA function,
+which first repeats every cached key and value head once per query head it serves, in every layer.
+torch's SDPA takes the groups as they are (`enable_gqa=True`), and transformers uses that on a CPU
+only when there is no mask. `tree_sdpa` is transformers' SDPA with that one change, for masked
+forwards of several rows on a CPU; every other call (one row, no mask, an accelerator) goes to
+transformers' own function. Same products, same order: the outputs are equal
+(tests/test_attention.py), the copy is gone.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def tree_sdpa(
     is_causal=None,
     **kwargs,
 ):
-    """transformers' SDPA attention, with the key/value groups passed to torch as they are for a masked
-    forward of several rows on a CPU. Returns (output (batch, rows, heads, dim), None)."""
+    """transformers' SDPA attention, with the key/value groups passed to torch as they are for a
+    masked forward of several rows on a CPU. Returns (output (batch, rows, heads, dim), None)."""
     groups = getattr(module, "num_key_value_groups", 1)
     grouped = (
         query.device.type == "cpu"
@@ -67,8 +68,8 @@ def tree_sdpa(
 
 
 def use_tree_attention(model) -> bool:
-    """Route a CPU model's SDPA attention through tree_sdpa (its masks stay SDPA's); True if it now does.
-    A model on an accelerator, or with another attention (eager, flash), is left as it is."""
+    """Route a CPU model's SDPA attention through tree_sdpa (its masks stay SDPA's); True if it now
+    does. A model on an accelerator, or with another attention (eager, flash), is left as it is."""
     config = model.config
     if getattr(config, "_attn_implementation", None) != "sdpa" or model.device.type != "cpu":
         return False

@@ -1,4 +1,5 @@
-"""The one place that touches the KV cache API (transformers 5 DynamicCache, or the lean draft's LeanCache)."""
+"""The one place that touches the KV cache API (transformers 5 DynamicCache, or the lean draft's
+LeanCache)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def cache_length(cache: DynamicCache) -> int:
 
 
 def truncate(cache: DynamicCache, length: int) -> None:
-    """Keep the first `length` cached tokens (transformers 5's crop takes a negative count to drop)."""
+    """Keep the first `length` cached tokens (transformers 5's crop takes a negative count to
+    drop)."""
     extra = cache_length(cache) - length
     assert extra >= 0, f"cache holds {cache_length(cache)} tokens, cannot grow it to {length}"
     if extra:
@@ -28,8 +30,8 @@ def truncate(cache: DynamicCache, length: int) -> None:
 def keep_span(cache: DynamicCache, length: int, span_start: int, span_length: int) -> None:
     """Keep the first `length` tokens followed by the `span_length` rows that start at `span_start`.
 
-    Used when the target accepts a branch: the branch's rows sit after the trunk and the other branches,
-    and must move right behind the trunk before everything else is dropped.
+    Used when the target accepts a branch: the branch's rows sit after the trunk and the other
+    branches, and must move right behind the trunk before everything else is dropped.
     """
     assert span_start >= length
     if span_length and span_start != length:

@@ -1,9 +1,10 @@
-"""How many CPU threads torch should run: the cores this container may use, not the cores its host has.
+"""How many CPU threads torch should run: the cores this container may use, not the cores its host
+has.
 
-A Hugging Face Space, a Kubernetes pod or a `docker --cpus` container limits CPU with a cgroup quota, while
-`os.cpu_count()` and torch's default thread count see every core of the host. torch then runs more threads
-than the quota serves and they stall each other at every barrier (measured on a busy 2-core machine: a
-one-token forward took 789 ms with 2 threads, 31 ms with 1).
+A Hugging Face Space, a Kubernetes pod or a `docker --cpus` container limits CPU with a cgroup
+quota, while `os.cpu_count()` and torch's default thread count see every core of the host. torch
+then runs more threads than the quota serves and they stall each other at every barrier (measured on
+a busy 2-core machine: a one-token forward took 789 ms with 2 threads, 31 ms with 1).
 
 Pure Python at import; torch is imported only by `set_torch_threads`.
 """
@@ -44,15 +45,17 @@ class Quota:
 
     @property
     def cores(self) -> int:
-        # A fractional quota cannot run a fraction of a thread: round down, but one thread always runs.
+        # A fractional quota cannot run a fraction of a thread: round down, but one thread always
+        # runs.
         return max(1, self.quota_us // self.period_us)
 
 
 def parse_override(text: str | None) -> int | None:
-    """OUROBOROS_THREADS as a thread count; None when unset or blank (so `OUROBOROS_THREADS=` clears it).
+    """OUROBOROS_THREADS as a thread count; None when unset or blank (so `OUROBOROS_THREADS=` clears
+    it).
 
-    Anything else that is not a whole number from 1 to MAX_THREADS is the user's mistake, said at start-up
-    (ConfigError, a ValueError) rather than silently replaced by a guess."""
+    Anything else that is not a whole number from 1 to MAX_THREADS is the user's mistake, said at
+    start-up (ConfigError, a ValueError) rather than silently replaced by a guess."""
     if text is None or not text.strip():
         return None
     cleaned = text.strip()
@@ -65,7 +68,8 @@ def parse_override(text: str | None) -> int | None:
 
 
 def read_text(path: Path) -> str | None:
-    """A small kernel file's text, or None when it is missing or unreadable: no cgroup file may stop start-up."""
+    """A small kernel file's text, or None when it is missing or unreadable: no cgroup file may stop
+    start-up."""
     try:
         return path.read_text(encoding="ascii")
     except (OSError, UnicodeDecodeError):
@@ -79,7 +83,8 @@ def parse_whole(text: str) -> int | None:
 
 
 def parse_cpu_max(text: str | None) -> tuple[int, int] | None:
-    """cgroup v2 `cpu.max` ("150000 100000") as (quota, period); None when unlimited ("max ...") or malformed."""
+    """cgroup v2 `cpu.max` ("150000 100000") as (quota, period); None when unlimited ("max ...") or
+    malformed."""
     fields = (text or "").split()
     if len(fields) != 2 or fields[0] == "max":
         return None
@@ -90,8 +95,8 @@ def parse_cpu_max(text: str | None) -> tuple[int, int] | None:
 
 
 def parse_cfs(quota_text: str | None, period_text: str | None) -> tuple[int, int] | None:
-    """cgroup v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` as (quota, period); None when the quota is -1
-    (unlimited), a file is missing or either is malformed."""
+    """cgroup v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` as (quota, period); None when the quota
+    is -1 (unlimited), a file is missing or either is malformed."""
     if quota_text is None or period_text is None:
         return None
     quota, period = parse_whole(quota_text), parse_whole(period_text)
@@ -104,9 +109,9 @@ def v2_cgroup_dirs(root: Path, self_cgroup_text: str | None) -> list[Path]:
     """The process's cgroup v2 directory and each parent up to `root`, innermost first.
 
     A quota set on any ancestor (a pod's, a systemd slice's) binds the process too. Without a cgroup
-    namespace /proc/self/cgroup names a nested path ("0::/kubepods/pod1/c1"); inside one it says "0::/".
-    A nested directory missing under `root` is skipped when its file is read; a path that climbs out of
-    the namespace ("0::/../x") is not followed at all."""
+    namespace /proc/self/cgroup names a nested path ("0::/kubepods/pod1/c1"); inside one it says
+    "0::/". A nested directory missing under `root` is skipped when its file is read; a path that
+    climbs out of the namespace ("0::/../x") is not followed at all."""
     parts: list[str] = []
     for line in (self_cgroup_text or "").splitlines():
         if line.startswith("0::"):
@@ -117,7 +122,8 @@ def v2_cgroup_dirs(root: Path, self_cgroup_text: str | None) -> list[Path]:
 
 
 def cgroup_quota(root: Path, self_cgroup_text: str | None) -> Quota | None:
-    """The tightest CPU quota cgroup v2 sets on this process, else the v1 cfs quota at `root`; None if unlimited."""
+    """The tightest CPU quota cgroup v2 sets on this process, else the v1 cfs quota at `root`; None
+    if unlimited."""
     found = []
     for directory in v2_cgroup_dirs(root, self_cgroup_text):
         parsed = parse_cpu_max(read_text(directory / "cpu.max"))
@@ -137,7 +143,8 @@ def cgroup_quota(root: Path, self_cgroup_text: str | None) -> Quota | None:
 
 
 def cores_seen(affinity: int | None, cpu_count: int | None) -> ThreadChoice | None:
-    """The cores the scheduler lets this process run on (affinity), else all the host's; None if neither is known."""
+    """The cores the scheduler lets this process run on (affinity), else all the host's; None if
+    neither is known."""
     if affinity:
         return ThreadChoice(affinity, f"CPU affinity ({affinity} cores)")
     if cpu_count:
@@ -152,8 +159,9 @@ def choose_threads(
     affinity: int | None = None,
     cpu_count: int | None = None,
 ) -> ThreadChoice:
-    """The thread count from explicit inputs: OUROBOROS_THREADS, else the cgroup quota (never above the cores
-    seen), else the CPU affinity set, else os.cpu_count(), else 1. Raises ConfigError for a bad override."""
+    """The thread count from explicit inputs: OUROBOROS_THREADS, else the cgroup quota (never above
+    the cores seen), else the CPU affinity set, else os.cpu_count(), else 1. Raises ConfigError for
+    a bad override."""
     wanted = parse_override(override)
     if wanted is not None:
         return ThreadChoice(wanted, ENV_VAR)
@@ -177,9 +185,9 @@ def choose_threads_here(environ: Mapping[str, str] = os.environ) -> ThreadChoice
 def set_torch_threads(environ: Mapping[str, str] = os.environ) -> ThreadChoice:
     """Size torch's CPU thread pools to the CPU this container may use; return the choice to log.
 
-    Call it once at start-up, before the first torch op of the process: the inter-op pool can only be sized
-    before it starts, and a thread that already ran a parallel op keeps the intra-op count it began with.
-    It does not touch CUDA. Raises ConfigError for a bad OUROBOROS_THREADS."""
+    Call it once at start-up, before the first torch op of the process: the inter-op pool can only
+    be sized before it starts, and a thread that already ran a parallel op keeps the intra-op count
+    it began with. It does not touch CUDA. Raises ConfigError for a bad OUROBOROS_THREADS."""
     import torch
 
     choice = choose_threads_here(environ)
@@ -191,18 +199,19 @@ def set_torch_threads(environ: Mapping[str, str] = os.environ) -> ThreadChoice:
     return choice
 
 
-# The share of its threads' CPU time below which a step counts as starved: torch's threads spin while they
-# wait, so on a quiet machine a step's CPU time is nearly its wall time times the threads (0.9 measured with 2
-# threads on 2 cores); with another job holding a core it fell to 0.6, and each step took 3 times as long.
+# The share of its threads' CPU time below which a step counts as starved: torch's threads spin
+# while they wait, so on a quiet machine a step's CPU time is nearly its wall time times the threads
+# (0.9 measured with 2 threads on 2 cores); with another job holding a core it fell to 0.6, and each
+# step took 3 times as long.
 BUSY_SHARE = 0.75
-WINDOW_S = (
-    0.5  # wall time of steps summed before the share is judged: a few steps, not one noisy one
-)
+# wall time of steps summed before the share is judged: a few steps, not one noisy one
+WINDOW_S = 0.5
 RETRY_S = 30.0  # after falling back to one thread, try the chosen count again this much later
 
 
 def thread_candidates(ceiling: int) -> list[int]:
-    """The thread counts worth timing up to `ceiling`: each up to 4, then doubling, and the ceiling itself."""
+    """The thread counts worth timing up to `ceiling`: each up to 4, then doubling, and the ceiling
+    itself."""
     counts = {c for c in range(1, min(ceiling, 4) + 1)}
     count = 8
     while count < ceiling:
@@ -214,17 +223,19 @@ def thread_candidates(ceiling: int) -> list[int]:
 def fastest_threads(
     run, ceiling: int, set_threads, clock=time.perf_counter, rounds: int = 2
 ) -> tuple[int, dict]:
-    """The thread count from 1 to `ceiling` at which `run()` (a short decode of the loaded pair) takes least
-    time, each count timed `rounds` times in turn and its median kept (one more than twice as slow as the
-    fastest is timed once); a count within 5% of a faster one with fewer threads loses to it (fewer threads
-    stall less when the machine gets busy). Returns (count, {count: seconds}) with the count set."""
+    """The thread count from 1 to `ceiling` at which `run()` (a short decode of the loaded pair)
+    takes least time, each count timed `rounds` times in turn and its median kept (one more than
+    twice as slow as the fastest is timed once); a count within 5% of a faster one with fewer
+    threads loses to it (fewer threads stall less when the machine gets busy). Returns (count,
+    {count: seconds}) with the count set."""
     counts = thread_candidates(ceiling)
     times: dict[int, list[float]] = {count: [] for count in counts}
     for round_ in range(rounds):
         fastest = min((seen[0] for seen in times.values() if seen), default=None)
         for count in counts:
             if round_ and times[count][0] > 2 * fastest:
-                continue  # twice as slow as another count already: timing it again only delays the start
+                # twice as slow as another count already: timing it again only delays the start
+                continue
             set_threads(count)
             started = clock()
             run()
@@ -239,12 +250,13 @@ def fastest_threads(
 
 
 class BusyWatch:
-    """Keeps torch's thread count fit for the machine as its load changes. Each decode step is timed in wall
-    and process CPU time; when the steps of the last WINDOW_S got less than BUSY_SHARE of the CPU time their
-    threads could use, another job holds cores and the threads stall each other at every barrier: the watch
-    drops to one thread, and RETRY_S later tries the chosen count again (falling back at once if the job is
-    still there). `busy_windows` counts the starved windows, so a caller can tell whether a race met a busy
-    machine. Call `begin` and `end` around each step, on the thread that runs torch."""
+    """Keeps torch's thread count fit for the machine as its load changes. Each decode step is timed
+    in wall and process CPU time; when the steps of the last WINDOW_S got less than BUSY_SHARE of
+    the CPU time their threads could use, another job holds cores and the threads stall each other
+    at every barrier: the watch drops to one thread, and RETRY_S later tries the chosen count again
+    (falling back at once if the job is still there). `busy_windows` counts the starved windows, so
+    a caller can tell whether a race met a busy machine. Call `begin` and `end` around each step, on
+    the thread that runs torch."""
 
     def __init__(
         self,
@@ -255,8 +267,8 @@ class BusyWatch:
         log=None,
         fixed: bool = False,
     ):
-        """chosen: the count for a quiet machine (`fit` measures it); fixed: never change it (a count the host
-        set with OUROBOROS_THREADS), only count the busy windows."""
+        """chosen: the count for a quiet machine (`fit` measures it); fixed: never change it (a
+        count the host set with OUROBOROS_THREADS), only count the busy windows."""
         self.chosen = self.threads = chosen
         self.fixed = fixed
         self.set_threads, self.clock, self.cpu, self.log = (
@@ -300,21 +312,25 @@ class BusyWatch:
             self._fell_at = self.clock()
 
     def reset(self, chosen: int, fixed: bool = False) -> None:
-        """Start again from `chosen` threads (the ceiling `fit` measures up to), as __init__ does."""
+        """Start again from `chosen` threads (the ceiling `fit` measures up to), as __init__
+        does."""
         self.chosen = self.threads = chosen
         self.fixed = fixed
         self._fell_at = None
 
     def busy_since(self, windows: int) -> float | None:
         """The CPU share of the latest starved window if any window since `windows` (an earlier
-        `busy_windows`) was starved, else None: whether a race that began then met a busy machine."""
+        `busy_windows`) was starved, else None: whether a race that began then met a busy
+        machine."""
         return self.busy_share if self.busy_windows > windows else None
 
     def fit(self, run) -> str:
-        """Time `run()` (a short decode of the loaded pair) at each count up to the chosen one and keep the
-        fastest (fastest_threads); returns the line for the log. A fixed count is kept without timing."""
+        """Time `run()` (a short decode of the loaded pair) at each count up to the chosen one and
+        keep the fastest (fastest_threads); returns the line for the log. A fixed count is kept
+        without timing."""
         if self.fixed or self.chosen == 1:
-            return f"torch threads: {self.chosen} (not measured: {'set by ' + ENV_VAR if self.fixed else 'one core'})"
+            why = "set by " + ENV_VAR if self.fixed else "one core"
+            return f"torch threads: {self.chosen} (not measured: {why})"
         ceiling = self.chosen
         best, medians = fastest_threads(run, ceiling, self.set_threads, self.clock)
         self.chosen = self.threads = best

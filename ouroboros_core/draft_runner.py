@@ -25,7 +25,8 @@ def shared_prefix(a: list, b: list, limit: int) -> int:
 
 
 class DraftRunner:
-    """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to extend."""
+    """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to
+    extend."""
 
     def __init__(self, model):
         self.model = model  # a transformers model, or the LeanDecoder that wraps it

@@ -1,4 +1,5 @@
-"""The events the decode loop yields. Renderers (app, CLI, benchmark) format them; the core never does."""
+"""The events the decode loop yields. Renderers (app, CLI, benchmark) format them; the core never
+does."""
 
 from __future__ import annotations
 
@@ -20,9 +21,8 @@ class Source(str, Enum):
 @dataclass(frozen=True)
 class Token:
     id: int
-    text: (
-        str  # for committed tokens, the exact piece of output text it completes ("" mid-character)
-    )
+    # for committed tokens, the exact piece of output text it completes ("" mid-character)
+    text: str
     source: Source
 
 
@@ -47,7 +47,8 @@ class Stats:
 
     @property
     def per_token_acceptance(self) -> float:
-        """The chance each drafted token stands given the ones before it did (theory.per_token_acceptance)."""
+        """The chance each drafted token stands given the ones before it did
+        (theory.per_token_acceptance)."""
         return per_token_acceptance(self.accepted_tokens, self.rejected_steps)
 
     @property
@@ -69,9 +70,8 @@ class StepEvent:
     """One propose -> verify -> commit round of the loop (one target forward)."""
 
     index: int
-    drafted: tuple[
-        Token, ...
-    ]  # the path the target walked: trunk, or its accepted head and the walked branch
+    # the path the target walked: trunk, or its accepted head and the walked branch
+    drafted: tuple[Token, ...]
     branches: tuple[tuple[Token, ...], ...]  # every branch appended to the trunk for this forward
     accepted: tuple[Token, ...]  # drafted tokens committed, in order
     rejected: tuple[Token, ...]  # drafted tokens on the walked path after the first mismatch

@@ -1,19 +1,21 @@
-"""The target's linear layers on a CPU in float32, multiplied by oneDNN with their weights packed once.
+"""The target's linear layers on a CPU in float32, multiplied by oneDNN with their weights packed
+once.
 
-Speculative decoding buys its speed with forwards of a few rows: the token the target has not seen, the
-draft's trunk and the branches, checked in one pass. On a CPU torch multiplies float32 rows by a weight
-through MKL's sgemm, which repacks the weight for every call; for one row it takes a matrix-vector path
-that skips that, so a forward of 2 rows has cost 1.6 times one of 1 row, and the few rows a verification
-checks paid for most of what the draft saved. Packed once into oneDNN's blocked layout
-(`mkldnn._reorder_linear_weight`) and multiplied by `mkldnn._linear_pointwise`, the same weights serve 2 to
-16 rows for little more than one (docs/BENCHMARKS.md, *Packed weights*).
+Speculative decoding buys its speed with forwards of a few rows: the token the target has not seen,
+the draft's trunk and the branches, checked in one pass. On a CPU torch multiplies float32 rows by a
+weight through MKL's sgemm, which repacks the weight for every call; for one row it takes a
+matrix-vector path that skips that, so a forward of 2 rows has cost 1.6 times one of 1 row, and the
+few rows a verification checks paid for most of what the draft saved. Packed once into oneDNN's
+blocked layout (`mkldnn._reorder_linear_weight`) and multiplied by `mkldnn._linear_pointwise`, the
+same weights serve 2 to 16 rows for little more than one (docs/BENCHMARKS.md, *Packed weights*).
 
 The products are the same float32 products summed in another order: each layer is checked against
-`F.linear` when packed, and the engine's lossless tests compare its tokens with transformers' own `generate`
-on the unpacked model. A one-row forward keeps torch's own path where it is faster (one thread); with
-more threads the packed weights serve it too. A packed copy costs the weights' memory once more, so only
-a float32 target on a CPU whose weights take less than a quarter of the machine's memory is packed, and
-only one of at least MIN_PARAMETERS (a small model's weights stay in the caches, where torch does well).
+`F.linear` when packed, and the engine's lossless tests compare its tokens with transformers' own
+`generate` on the unpacked model. A one-row forward keeps torch's own path where it is faster (one
+thread); with more threads the packed weights serve it too. A packed copy costs the weights' memory
+once more, so only a float32 target on a CPU whose weights take less than a quarter of the machine's
+memory is packed, and only one of at least MIN_PARAMETERS (a small model's weights stay in the
+caches, where torch does well).
 """
 
 from __future__ import annotations
@@ -27,14 +29,14 @@ import torch.nn.functional as F
 
 from . import attention
 
-# Smaller models are left as they are: their weights stay in the CPU's caches, where torch's own products for
-# a few rows are already cheap and the packed ones cost more (the embedded 7M-parameter target: 16.6 against
-# 13.8 ms for one row, 25.3 against 19.3 for eight; tools.forward_costs, 1 thread).
+# Smaller models are left as they are: their weights stay in the CPU's caches, where torch's own
+# products for a few rows are already cheap and the packed ones cost more (the embedded 7M-parameter
+# target: 16.6 against 13.8 ms for one row, 25.3 against 19.3 for eight; tools.forward_costs, 1
+# thread).
 MIN_PARAMETERS = 32_000_000
 PACKED_ROWS = 16  # the row count oneDNN lays the weights out for (a verification's usual size)
-CHECK_TOLERANCE = (
-    1e-4  # of 1 + the largest output: float sums in another order, never a different product
-)
+# of 1 + the largest output: float sums in another order, never a different product
+CHECK_TOLERANCE = 1e-4
 
 
 def machine_memory() -> int | None:
@@ -45,8 +47,8 @@ def machine_memory() -> int | None:
 
 
 def packable(model, min_parameters: int = MIN_PARAMETERS) -> bool:
-    """A float32 model on the CPU of at least `min_parameters`, a torch with oneDNN's packed linear, and memory
-    for a second copy."""
+    """A float32 model on the CPU of at least `min_parameters`, a torch with oneDNN's packed linear,
+    and memory for a second copy."""
     parameters = list(model.parameters())
     if not parameters or any(
         p.device.type != "cpu" or p.dtype != torch.float32 for p in parameters
@@ -64,25 +66,22 @@ def packable(model, min_parameters: int = MIN_PARAMETERS) -> bool:
 
 
 class PackedLinear(torch.nn.Module):
-    """An nn.Linear's weight packed for oneDNN; called with any number of rows, as the layer it replaces."""
+    """An nn.Linear's weight packed for oneDNN; called with any number of rows, as the layer it
+    replaces."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
-        self.weight, self.bias = (
-            linear.weight,
-            linear.bias,
-        )  # the same tensors: state_dict and ties unchanged
+        # the same tensors: state_dict and ties unchanged
+        self.weight, self.bias = linear.weight, linear.bias
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        object.__setattr__(
-            self, "original", linear
-        )  # not a submodule: no second copy in the state dict
+        # not a submodule: no second copy in the state dict
+        object.__setattr__(self, "original", linear)
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(
                 linear.weight.detach(), PACKED_ROWS
             )
-        self.version = (
-            linear.weight._version
-        )  # an in-place change to the weight after packing makes it stale
+        # an in-place change to the weight after packing makes it stale
+        self.version = linear.weight._version
 
     def __deepcopy__(self, memo):
         # oneDNN's packed tensor has no storage to copy: pack the copied layer again.
@@ -91,17 +90,17 @@ class PackedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
         if not self.current(x) or (rows.shape[0] == 1 and torch.get_num_threads() == 1):
-            return F.linear(
-                x, self.weight, self.bias
-            )  # torch's matrix-vector path: faster on one thread
+            # torch's matrix-vector path: faster on one thread
+            return F.linear(x, self.weight, self.bias)
         bias = None if self.bias is None else self.bias.detach()
         y = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), self.packed, bias, "none", [], "")
         return y.view(*x.shape[:-1], self.out_features)
 
     def current(self, x: torch.Tensor) -> bool:
-        """Whether the packed copy still is this layer's weight for this input: the model not moved to another
-        dtype or device (`model.double()`, `.to("cuda")`), its weight not changed in place (training,
-        `load_state_dict`); otherwise the layer multiplies by its weight as stock torch does."""
+        """Whether the packed copy still is this layer's weight for this input: the model not moved
+        to another dtype or device (`model.double()`, `.to("cuda")`), its weight not changed in
+        place (training, `load_state_dict`); otherwise the layer multiplies by its weight as stock
+        torch does."""
         weight = self.weight
         return (
             x.dtype == weight.dtype == torch.float32
@@ -110,7 +109,8 @@ class PackedLinear(torch.nn.Module):
         )
 
     def check(self) -> bool:
-        """Whether the packed product matches F.linear on a few random rows (a broken kernel is far off)."""
+        """Whether the packed product matches F.linear on a few random rows (a broken kernel is far
+        off)."""
         generator = torch.Generator().manual_seed(0)
         with torch.no_grad():
             for count in (1, 3, PACKED_ROWS + 1):
@@ -126,8 +126,8 @@ class PackedLinear(torch.nn.Module):
 
 
 def pack_linears(model, min_parameters: int = MIN_PARAMETERS) -> int:
-    """Replace the model's nn.Linear layers by PackedLinear ones where `packable` allows and every layer's
-    check passes; returns how many were replaced (0: the model is unchanged)."""
+    """Replace the model's nn.Linear layers by PackedLinear ones where `packable` allows and every
+    layer's check passes; returns how many were replaced (0: the model is unchanged)."""
     if getattr(model, "packed_linears", 0) or not packable(model, min_parameters):
         return getattr(model, "packed_linears", 0)
     try:
@@ -149,9 +149,9 @@ def pack_linears(model, min_parameters: int = MIN_PARAMETERS) -> int:
 
 @contextmanager
 def unpacked(model):
-    """The model with its own nn.Linear layers and transformers' own attention back for the duration (stock
-    transformers, as a user has it: the benchmark's transformers rows and the lossless tests' reference run
-    so)."""
+    """The model with its own nn.Linear layers and transformers' own attention back for the duration
+    (stock transformers, as a user has it: the benchmark's transformers rows and the lossless tests'
+    reference run so)."""
     swapped = [
         (parent, name, child)
         for parent in model.modules()

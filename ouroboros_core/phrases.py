@@ -41,7 +41,8 @@ class Lookahead:
         return [[level[i] for level in self.levels] for i in range(self.width)]
 
     def advance(self, newest: list[int]) -> None:
-        """The draft's guess after each column's last token: pool the full chains, then extend each."""
+        """The draft's guess after each column's last token: pool the full chains, then extend
+        each."""
         if len(self.levels) == self.ngram - 1:
             for i, key in enumerate(self.levels[0]):
                 phrase = tuple(level[i] for level in self.levels[1:]) + (newest[i],)

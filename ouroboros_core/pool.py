@@ -10,17 +10,17 @@ Phrase = tuple[int, ...]
 
 
 class PhrasePool:
-    """Phrases that followed a key token somewhere: in the draft's lookahead window, a target verdict,
-    the prompt or the text so far. Belongs to one request, or to one visitor's session when kept warm."""
+    """Phrases that followed a key token somewhere: in the draft's lookahead window, a target
+    verdict, the prompt or the text so far. Belongs to one request, or to one visitor's session when
+    kept warm."""
 
     def __init__(self, per_key: int = 8, max_phrases: int = 50_000):
         assert per_key >= 1 and max_phrases >= 1
         self.per_key = per_key
         self.max_phrases = max_phrases
         self._by_key: dict[int, OrderedDict[Phrase, Source]] = {}
-        self._age: OrderedDict[tuple[int, Phrase], None] = (
-            OrderedDict()
-        )  # oldest first, over all keys
+        # oldest first, over all keys
+        self._age: OrderedDict[tuple[int, Phrase], None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._age)
@@ -42,7 +42,8 @@ class PhrasePool:
             self._forget(*next(iter(self._age)))
 
     def add_ngrams(self, tokens: list[int], n: int, source: Source, start: int = 0) -> None:
-        """Pool every phrase of n-1 tokens in `tokens` keyed on the token before it, from index `start`."""
+        """Pool every phrase of n-1 tokens in `tokens` keyed on the token before it, from index
+        `start`."""
         for i in range(start, len(tokens) - n + 1):
             self.add(tokens[i], tuple(tokens[i + 1 : i + n]), source)
 

@@ -1,5 +1,6 @@
-"""A fair race of several methods on one device: interleave their steps, always advancing the lane that
-is behind on its own clock, so each lane's clock counts only its own compute, as if it ran alone."""
+"""A fair race of several methods on one device: interleave their steps, always advancing the lane
+that is behind on its own clock, so each lane's clock counts only its own compute, as if it ran
+alone."""
 
 from __future__ import annotations
 
@@ -13,18 +14,15 @@ from .events import DoneEvent, Stats, StepEvent, Token
 class Lane:
     method: str
     committed: list[Token] = field(default_factory=list)
-    rejected: tuple[
-        Token, ...
-    ] = ()  # drafted tokens rejected in the latest step, shown for that step only
-    events: list[StepEvent] = field(
-        default_factory=list
-    )  # every step so far, as the engine yielded it
+    # drafted tokens rejected in the latest step, shown for that step only
+    rejected: tuple[Token, ...] = ()
+    # every step so far, as the engine yielded it
+    events: list[StepEvent] = field(default_factory=list)
     clock_s: float = 0.0  # this lane's own compute so far
     accepted: int = 0
     drafted: int = 0
-    trace: list[tuple[float, int]] = field(
-        default_factory=lambda: [(0.0, 0)]
-    )  # (clock, tokens) points
+    # (clock, tokens) points
+    trace: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])
     done: DoneEvent | None = None
 
     @property
@@ -69,8 +67,9 @@ def race(
     raw: bool = False,
     watch=None,
 ) -> Iterator[dict[str, Lane]]:
-    """Yield the lanes after every step of any lane. Requests are validated before the first yield. raw: the
-    prompt as it is, not as a chat turn (Engine.encode). watch: a cpu.BusyWatch that times every step."""
+    """Yield the lanes after every step of any lane. Requests are validated before the first yield.
+    raw: the prompt as it is, not as a chat turn (Engine.encode). watch: a cpu.BusyWatch that times
+    every step."""
     options = options or {}
     pools = pools or {}
     streams = {}

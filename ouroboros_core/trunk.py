@@ -177,11 +177,12 @@ class DraftTrunk:
         last) ride along as branches."""
         room = self.max_positions - len(sequence)
         pooled = self.pool.lookup(sequence[-1], self.config.draft_candidates)
+        # the pool also holds the target's tokens
         candidates = [
             (list(phrase[:room]), source)
             for phrase, source in pooled
             if self.runner.readable(phrase)
-        ]  # the pool also holds the target's tokens
+        ]
         columns = self.window.columns(room)  # column i sits i positions further on
         phrases = [phrase for phrase, _ in candidates]
         rows = columns + phrases + [[token] for token in siblings]

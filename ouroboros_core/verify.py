@@ -1,4 +1,5 @@
-"""Tree verification: inputs, positions and mask for trunk + branches, the target's tokens, and acceptance."""
+"""Tree verification: inputs, positions and mask for trunk + branches, the target's tokens, and
+acceptance."""
 
 from __future__ import annotations
 
@@ -27,20 +28,23 @@ def tree_layout(
     offsets: list[int] | None = None,
     attach: list[int] | None = None,
 ):
-    """Positions and additive mask for [pending | trunk | branch_0 | branch_1 ...] after `past` cached tokens.
+    """Positions and additive mask for [pending | trunk | branch_0 | branch_1 ...] after `past`
+    cached tokens.
 
-    Pending and trunk tokens form one causal run; branch b continues it after the first attach[b] trunk
-    tokens (default: the whole trunk), at the positions that follow them (shifted by its offset: the
-    draft's lookahead columns start one position further each), and sees the cache, the pending tokens,
-    those trunk tokens and its own earlier tokens, never another branch.
-    Returns position_ids (1, n) and mask (1, 1, n, past + n), 0.0 where attending, the dtype's min elsewhere.
+    Pending and trunk tokens form one causal run; branch b continues it after the first attach[b]
+    trunk tokens (default: the whole trunk), at the positions that follow them (shifted by its
+    offset: the draft's lookahead columns start one position further each), and sees the cache, the
+    pending tokens, those trunk tokens and its own earlier tokens, never another branch.
+    Returns position_ids (1, n) and mask (1, 1, n, past + n), 0.0 where attending, the dtype's min
+    elsewhere.
     """
     run = pending + trunk
     n = run + sum(branch_lengths)
     positions = list(range(past, past + run))
-    # Additive float, not boolean: eager attention silently mishandles a boolean 4D mask. The causal run in one op,
-    # each branch row from Python and laid in at once, after the cache's columns (all attended): a step's tree of
-    # four branches took 358 us in elementwise edits per branch, a fifth of that so; a long prompt's run stays one op.
+    # Additive float, not boolean: eager attention silently mishandles a boolean 4D mask. The causal
+    # run in one op, each branch row from Python and laid in at once, after the cache's columns (all
+    # attended): a step's tree of four branches took 358 us in elementwise edits per branch, a fifth
+    # of that so; a long prompt's run stays one op.
     blocked = torch.finfo(dtype).min
     block = torch.full((n, n), blocked, dtype=dtype, device=device).triu_(1)
     rows = []
@@ -66,8 +70,9 @@ def tree_layout(
 def row_positions(
     next_position: int, trunk: int, branches: list[list[int]], attach: list[int] | None
 ) -> list[int]:
-    """The sequence position of the token each row of forward_tree's logits is for: rows 0..trunk follow
-    the trunk from next_position; branch b's row j follows its token j, which sits after trunk[:attach[b]]."""
+    """The sequence position of the token each row of forward_tree's logits is for: rows 0..trunk
+    follow the trunk from next_position; branch b's row j follows its token j, which sits after
+    trunk[:attach[b]]."""
     positions = list(range(next_position, next_position + trunk + 1))
     for b, branch in enumerate(branches):
         first = next_position + (attach[b] if attach else trunk) + 1
@@ -84,11 +89,12 @@ def walk_tree(
 ) -> Verdict:
     """Greedy acceptance, and sample-and-match acceptance when the target tokens are samples.
 
-    trunk_tokens[i] is the target's token after trunk[:i] (len(trunk) + 1 of them); branch_tokens[b][j]
-    the target's token after branch b's first j + 1 tokens; branch b continues after trunk[:attach[b]]
-    (default: the whole trunk). A drafted token stands only if it equals the target's token at its
-    position. Branches sharing a prefix share one node of the tree, so each node's token is read once
-    (from the first live branch): with samples, reading several would bias the draw.
+    trunk_tokens[i] is the target's token after trunk[:i] (len(trunk) + 1 of them);
+    branch_tokens[b][j] the target's token after branch b's first j + 1 tokens; branch b continues
+    after trunk[:attach[b]] (default: the whole trunk). A drafted token stands only if it equals the
+    target's token at its position. Branches sharing a prefix share one node of the tree, so each
+    node's token is read once (from the first live branch): with samples, reading several would bias
+    the draw.
     """
     accepted = 0
     while accepted < len(trunk) and trunk[accepted] == trunk_tokens[accepted]:
@@ -123,7 +129,8 @@ def forward_tree(
 ) -> torch.Tensor:
     """Run `model` on pending + trunk + branches in one forward, growing `cache` by all of them.
 
-    Returns the logits from the last pending token on: (1 + len(trunk) + total branch length, vocab).
+    Returns the logits from the last pending token on: (1 + len(trunk) + total branch length,
+    vocab).
     """
     assert pending, "at least one token must be fed to get a next-token distribution"
     past = cache_length(cache)
