@@ -1,5 +1,6 @@
-"""The page's rendering as pure functions of race lanes: escaping, colouring, the cursor, stats, the badge,
-the summary and the chart's data. No server, no model: lanes are built from hand-made events."""
+"""The page's rendering as pure functions of race lanes: escaping, colouring, the cursor, stats,
+the badge, the summary and the chart's data. No server, no model: lanes are built from hand-made
+events."""
 
 from __future__ import annotations
 
@@ -116,9 +117,8 @@ def test_lane_parts_of_a_missing_lane_are_empty_and_vanilla_is_never_coloured():
     lanes["speculative"] = lanes.pop("ouroboros")
     lanes["speculative"].method = "speculative"
     html, _ = lane_parts(lanes, "speculative", True)
-    assert (
-        html.startswith('<pre class="lane-text">') and "tok-draft" in html
-    )  # its title is in its own column
+    # its title is in its own column
+    assert html.startswith('<pre class="lane-text">') and "tok-draft" in html
     assert "tok-" not in lane_parts(lanes, "vanilla", True)[0], "the vanilla lane is never coloured"
 
 
@@ -142,13 +142,35 @@ def test_badge_names_identical_differing_and_stopped_races():
     assert badge_html(running) == "" and summary_html(running) == ""
 
 
+def table_cells(table: str) -> list[list[str]]:
+    """The summary table's rows, each as its cells' contents."""
+    rows = re.findall(r"<tr>(.*?)</tr>", table)
+    return [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row) for row in rows]
+
+
+def check_chart_and_log_line(lanes) -> None:
+    """The race's chart, its axis ticks and the line the server logs for it."""
+    svg = chart_svg(lanes)
+    assert svg.count("<svg") == 2  # the wide drawing and the phone's
+    points = re.findall(r'data-lane="ouroboros" points="([^"]*)"', svg)
+    # (0 s, 0 tokens) and (0.1 s, 3)
+    assert len(points) == 2 and all(len(p.split()) == 2 for p in points)
+    assert "<polyline" not in chart_svg({}) and "tick" in chart_svg({})
+    assert nice_ticks(17.9) == [0, 5, 10, 15, 20] and nice_ticks(0.31) == [0, 0.1, 0.2, 0.3, 0.4]
+    assert nice_ticks(128, 4) == [0, 50, 100, 150] and nice_ticks(0) == [0.0, 1.0]
+    assert (
+        race_log_line(lanes)
+        == "vanilla 3 tokens max_new_tokens 0.30 s, ouroboros 3 tokens max_new_tokens 0.10 s"
+    )
+
+
 def test_summary_table_with_forwards_measured_and_expected_and_the_chart():
     lanes = race_lanes()
-    # Step costs measured apart from this race (warm-up, earlier races): an Ouroboros step cost 3x a vanilla one.
+    # Step costs measured apart from this race (warm-up, earlier races): an Ouroboros step cost 3x
+    # a vanilla one.
     costs = StepCosts({"vanilla": 100.0, "ouroboros": 300.0}, races=4)
     table = summary_html(lanes, costs)
-    rows = re.findall(r"<tr>(.*?)</tr>", table)
-    cells = [re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row) for row in rows]
+    cells = table_cells(table)
     assert cells[0] == [
         "lane",
         "target forwards",
@@ -171,18 +193,20 @@ def test_summary_table_with_forwards_measured_and_expected_and_the_chart():
         "3",
         "-",
     ]
-    # This race's own step cost the same as a vanilla step (0.1 s), so it measured 3.00x; at the calibrated
-    # costs its 3 tokens per forward predict 1.00x. The two differ, and the note says which step costs did it.
+    # This race's own step cost the same as a vanilla step (0.1 s), so it measured 3.00x; at the
+    # calibrated costs its 3 tokens per forward predict 1.00x. The two differ, and the note says
+    # which step costs did it.
     assert cells[2] == ["Ouroboros", "1", "3.00", "3.00x", "1.00x", "30.0", "0.10", "3", "67%"]
     assert (
-        "measured 3.00x; expected 1.00x = 3.00 tokens per target forward ÷ a step costing 3.00x a vanilla step "
-        "(300.0 ms against 100.0 ms, medians over the warm-up and 3 earlier races). In this race a step "
-        "cost 1.00x a vanilla one (100.0 ms against 100.0 ms)"
+        "measured 3.00x; expected 1.00x = 3.00 tokens per target forward ÷ a step costing 3.00x "
+        "a vanilla step (300.0 ms against 100.0 ms, medians over the warm-up and 3 earlier races). "
+        "In this race a step cost 1.00x a vanilla one (100.0 ms against 100.0 ms)"
     ) in table
     # The forward count, which no machine noise moves, is the lanes' own target_forwards.
     assert "Target forwards: vanilla 3, Ouroboros 1 (<b>3.00x fewer</b>)" in table
     assert '<td data-label="target forwards">1</td>' in table  # the phone's cards name each figure
-    # Where the tokens came from, every source named, a zero too (the pool's colour is rare by default).
+    # Where the tokens came from, every source named, a zero too (the pool's colour is rare by
+    # default).
     assert (
         "Ouroboros</b>'s 3 tokens: 1 by the draft model, 1 by lookup, 0 from pool phrases, 1 the "
         "target&#x27;s own."
@@ -192,19 +216,7 @@ def test_summary_table_with_forwards_measured_and_expected_and_the_chart():
         "no earlier race of this lane on this server" in uncalibrated
         and '<td data-label="expected">-</td>' in uncalibrated
     )
-    svg = chart_svg(lanes)
-    assert svg.count("<svg") == 2  # the wide drawing and the phone's
-    points = re.findall(r'data-lane="ouroboros" points="([^"]*)"', svg)
-    assert len(points) == 2 and all(
-        len(p.split()) == 2 for p in points
-    )  # (0 s, 0 tokens) and (0.1 s, 3)
-    assert "<polyline" not in chart_svg({}) and "tick" in chart_svg({})
-    assert nice_ticks(17.9) == [0, 5, 10, 15, 20] and nice_ticks(0.31) == [0, 0.1, 0.2, 0.3, 0.4]
-    assert nice_ticks(128, 4) == [0, 50, 100, 150] and nice_ticks(0) == [0.0, 1.0]
-    assert (
-        race_log_line(lanes)
-        == "vanilla 3 tokens max_new_tokens 0.30 s, ouroboros 3 tokens max_new_tokens 0.10 s"
-    )
+    check_chart_and_log_line(lanes)
 
 
 def test_a_float_tie_is_told_calmly_and_a_measured_mismatch_with_its_gap():
@@ -224,7 +236,8 @@ def test_a_float_tie_is_told_calmly_and_a_measured_mismatch_with_its_gap():
 
 
 def test_a_text_that_starts_with_a_newline_keeps_it_in_both_lanes():
-    # The HTML parser drops one newline right after <pre>: plain and coloured lanes must lose the same one.
+    # The HTML parser drops one newline right after <pre>: plain and coloured lanes must lose the
+    # same one.
     lane = Lane("ouroboros")
     lane.apply(step(0, (), tok(1, "\nx")))
     for colour in (False, True):
@@ -233,7 +246,8 @@ def test_a_text_that_starts_with_a_newline_keeps_it_in_both_lanes():
 
 
 def test_the_token_axis_covers_every_count_in_whole_steps():
-    """For 11 or 12 tokens a 2.5 step left whole ticks 0, 5, 10 and the traces ran above the chart's top."""
+    """For 11 or 12 tokens a 2.5 step left whole ticks 0, 5, 10 and the traces ran above the
+    chart's top."""
     for count in range(1, 600):
         for most in (4, 5):
             ticks = nice_ticks(count, most, whole=True)
@@ -243,7 +257,8 @@ def test_the_token_axis_covers_every_count_in_whole_steps():
 
 
 def streaming_lanes(ouroboros_tokens: int, vanilla_tokens: int, ouroboros_done: bool = False):
-    """A race in progress: each lane one token a step, Ouroboros 0.01 s a step and vanilla 0.03 s."""
+    """A race in progress: each lane one token a step, Ouroboros 0.01 s a step and
+    vanilla 0.03 s."""
     lanes = {"vanilla": Lane("vanilla"), "ouroboros": Lane("ouroboros")}
     for method, n, dt in (("vanilla", vanilla_tokens, 0.03), ("ouroboros", ouroboros_tokens, 0.01)):
         for i in range(n):
@@ -268,7 +283,8 @@ def test_the_live_speedup_waits_for_enough_tokens_and_a_finished_lane_figure_hol
     assert "by the clock" not in lane_stats(early["ouroboros"], early["vanilla"])
     running = streaming_lanes(LIVE_MIN_TOKENS, LIVE_MIN_TOKENS)
     assert "3.00x vanilla by the clock" in lane_stats(running["ouroboros"], running["vanilla"])
-    # Ouroboros finished while vanilla runs on: its line stays the same whatever vanilla does meanwhile.
+    # Ouroboros finished while vanilla runs on: its line stays the same whatever vanilla does
+    # meanwhile.
     lines = {
         lane_stats(
             streaming_lanes(40, n, ouroboros_done=True)["ouroboros"],
@@ -330,7 +346,8 @@ def test_a_race_that_met_a_busy_machine_says_so_and_its_forwards_lead_either_way
 
 
 def pair_legend(preset: str, **knobs) -> str:
-    """The legend for a race on a preset's CPU settings (what its page starts with), some knobs moved."""
+    """The legend for a race on a preset's CPU settings (what its page starts with), some knobs
+    moved."""
     from ouroboros_core.models import presets
 
     pair = type("Pair", (), {"defaults": presets()[preset].settings["cpu"]})()
@@ -342,17 +359,14 @@ def test_the_legend_names_only_the_sources_a_race_can_show():
     default = pair_legend("smollm2")
     assert "tok-pool" not in default and "pool phrase" not in default
     assert all(f"tok-{kind}" in default for kind in ("draft", "prompt", "target"))
-    assert "pool phrase (rare with window W at 0)" in pair_legend(
-        "demo"
-    )  # one branch, no lookahead window
+    # one branch, no lookahead window
+    assert "pool phrase (rare with window W at 0)" in pair_legend("demo")
     assert ">accepted from a pool phrase</span>" in pair_legend("demo", window=4)
     assert "tok-pool" in pair_legend("smollm2", branches=1) and "tok-pool" not in pair_legend(
         "demo", branches=0
     )
-    assert "tok-pool" in legend_html(
-        {**pair_settings(), "branches": 0}
-    )  # the engine's draft candidates read it
+    # the engine's draft candidates read it
+    assert "tok-pool" in legend_html({**pair_settings(), "branches": 0})
     assert "tok-prompt" not in pair_legend("smollm2", lookup=0)  # nothing looked up, nothing pooled
-    assert "tok-pool" not in pair_legend(
-        "smollm2", branches=-1
-    )  # as a refused page sends it: nothing in play
+    # as a refused page sends it: nothing in play
+    assert "tok-pool" not in pair_legend("smollm2", branches=-1)
