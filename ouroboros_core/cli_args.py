@@ -1,12 +1,12 @@
-"""Command-line arguments shared by the CLI's commands (generate, bench): the pair to load and the
-method's knobs, mapped onto load_engine and the engine's options."""
+"""Command-line arguments shared by the CLI's commands (generate, bench): the pair to load, the
+sampling options and the method's knobs, mapped onto load_engine and the engine's options."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from .config import METHOD_CONFIGS, Knob, knobs
+from .config import METHOD_CONFIGS, Knob, SamplingConfig, knobs
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -39,15 +39,22 @@ def flagged_knobs() -> dict[str, Knob]:
 
 
 def add_method_args(parser: argparse.ArgumentParser) -> None:
+    """A flag for each sampling option (but one the command gives a meaning of its own, declared
+    before: bench's --seed S seeds prompt i with S + i) and each flagged knob (flagged_knobs)."""
+    for setting in knobs(SamplingConfig).values():
+        try:
+            parser.add_argument(setting.flag, type=setting.kind, help=setting.cli)
+        except argparse.ArgumentError:  # the command's own flag of that name stands
+            pass
     for setting in flagged_knobs().values():
-        parser.add_argument(setting.flag, type=type(setting.default), help=setting.cli)
+        parser.add_argument(setting.flag, type=setting.kind, help=setting.cli)
 
 
 def method_options(args, method: str) -> dict:
     """The sampling options and the method's knobs given on the command line (the rest keep their
     defaults)."""
     config_type = METHOD_CONFIGS.get(method)
-    names = ["temperature", "top_p", "seed"] + (list(knobs(config_type)) if config_type else [])
+    names = list(knobs(SamplingConfig)) + (list(knobs(config_type)) if config_type else [])
     return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
 

@@ -1,4 +1,4 @@
-"""Frozen configs for each method's knobs, validated once at the boundary.
+"""Frozen configs for sampling and for each method's knobs, validated once at the boundary.
 
 Each knob is defined once, as its config's field (`knob`): its default, the range the engine
 accepts, its CLI help and, for the few a visitor may set, the page's range, label and one-line
@@ -35,13 +35,14 @@ def check_float(name: str, value, low: float, high: float, *, low_open: bool = F
 @dataclass(frozen=True)
 class OnPage:
     """Where a visitor may set a knob: the page's range (narrower than the engine's; /race refuses
-    outside it too), the slider's label, which the page's refusals name the knob by, and the line
-    under the slider."""
+    outside it too), the slider's label, which the page's refusals name the knob by, the line
+    under the slider, and the slider's step."""
 
-    low: int
-    high: int
+    low: int | float
+    high: int | float
     label: str
     info: str
+    step: int | float = 1
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,11 @@ class Knob:
     """One knob, as its config field declares it (`knob`)."""
 
     name: str
-    default: int | float | bool
+    default: int | float | bool | None  # None: unset (a knob that may be left so)
     low: float | None  # the range the engine accepts (None for a switch: true or false)
     high: float | None
+    kind: type  # bool, int or float: what a set value must be
+    low_open: bool  # the range excludes `low` itself
     cli: str | None  # its --flag's help; None: no flag (or another method's knob gives the flag)
     page: OnPage | None  # None: neither on the page nor in /race
 
@@ -60,25 +63,47 @@ class Knob:
         return "--" + self.name.replace("_", "-")
 
     def check(self, value) -> None:
-        if isinstance(self.default, bool):
+        if value is None and self.default is None:
+            return
+        if self.kind is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"{self.name} must be true or false, got {value!r}")
-        elif isinstance(self.default, int):
+        elif self.kind is int:
             check_int(self.name, value, self.low, self.high)
         else:
-            check_float(self.name, value, self.low, self.high)
+            check_float(self.name, value, self.low, self.high, low_open=self.low_open)
 
 
-def knob(default, low=None, high=None, *, cli: str | None = None, page: OnPage | None = None):
-    """A config field that is a knob: its default, the engine's range [low, high], its CLI flag's
-    help and, where a visitor may set it, its place on the page."""
-    return field(default=default, metadata={"knob": (low, high, cli, page)})
+def knob(
+    default,
+    low=None,
+    high=None,
+    *,
+    kind: type | None = None,
+    low_open: bool = False,
+    cli: str | None = None,
+    page: OnPage | None = None,
+):
+    """A config field that is a knob: its default, the engine's range [low, high] (low_open: above
+    low), its CLI flag's help and, where a visitor may set it, its place on the page. kind: the
+    type a value must have, the default's unless that is None (a knob that may be left unset)."""
+    if kind is None and default is None:
+        raise TypeError("a knob whose default is None needs its kind")
+    settings = {
+        "low": low,
+        "high": high,
+        "kind": kind or type(default),
+        "low_open": low_open,
+        "cli": cli,
+        "page": page,
+    }
+    return field(default=default, metadata={"knob": settings})
 
 
 def knobs(config_type) -> dict[str, Knob]:
     """A config's knobs by name, in the order its fields declare them."""
     return {
-        f.name: Knob(f.name, f.default, *f.metadata["knob"])
+        f.name: Knob(f.name, f.default, **f.metadata["knob"])
         for f in fields(config_type)
         if "knob" in f.metadata
     }
@@ -91,15 +116,56 @@ def check_knobs(config) -> None:
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    temperature: float = 0.0  # 0 means greedy; above 0 the target samples, drafts must match it
-    top_p: float = 1.0  # nucleus mass kept when sampling
-    seed: int | None = None  # makes a sampled run reproducible
+    # Knobs as the methods' below are: the engine's checks, the CLI's flags, and the page's and
+    # /race's sampling read them.
+
+    # 0 means greedy; above 0 the target samples, drafts must match it.
+    temperature: float = knob(
+        0.0,
+        0.0,
+        100.0,
+        cli="sample at this temperature (default: greedy)",
+        page=OnPage(
+            0.0,
+            2.0,
+            "Temperature",
+            "0: greedy. Above 0 both lanes sample, and still write the same text",
+            step=0.05,
+        ),
+    )
+    # Nucleus mass kept when sampling.
+    top_p: float = knob(
+        1.0,
+        0.0,
+        1.0,
+        low_open=True,
+        cli="nucleus mass kept when sampling (default 1.0)",
+        page=OnPage(
+            0.05,
+            1.0,
+            "Top-p",
+            "sample from the smallest set of tokens holding this much probability",
+            step=0.05,
+        ),
+    )
+    # Makes a sampled run reproducible (None: a fresh one each request, as the engine draws it).
+    seed: int | None = knob(
+        None,
+        0,
+        2**63 - 1,
+        kind=int,
+        cli="makes a sampled run reproducible (default: a fresh seed each run)",
+        page=OnPage(
+            0,
+            2**31 - 1,
+            "Seed",
+            "each position's draw comes from the seed and the position alone; empty: a new one "
+            "each race, shown after it",
+        ),
+    )
 
     def __post_init__(self):
-        check_float("temperature", self.temperature, 0.0, 100.0)
-        check_float("top_p", self.top_p, 0.0, 1.0, low_open=True)
-        if self.seed is not None:
-            check_int("seed", self.seed, 0, 2**63 - 1)
+        check_knobs(self)
 
     @property
     def greedy(self) -> bool:

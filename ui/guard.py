@@ -14,15 +14,14 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ouroboros_core.config import OuroborosConfig, knobs
+from ouroboros_core.config import OuroborosConfig, SamplingConfig, knobs
 
 # The Ouroboros knobs a visitor may set (config.py defines each): their sliders' ranges, checked
 # again on the server for every caller.
 KNOBS = {name: setting for name, setting in knobs(OuroborosConfig).items() if setting.page}
-# Sampling on the page and in /race: temperature 0 is greedy; a seed makes a sampled race repeat
-# exactly.
-SAMPLING = {"temperature": (0.0, 2.0, "Temperature"), "top_p": (0.05, 1.0, "Top-p")}
-MAX_SEED = 2**31 - 1
+# Sampling on the page and in /race (config.py defines each option too): temperature 0 is greedy;
+# a seed makes a sampled race repeat exactly.
+SAMPLING = {name: setting for name, setting in knobs(SamplingConfig).items() if setting.page}
 # C0/C1 controls, except tab, newlines and form feed.
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
 UNEXPECTED = "Something went wrong on the server; it has been logged. Please try again."
@@ -84,41 +83,38 @@ def check_whole(label: str, value, low: int, high: int) -> int:
     return int(value)
 
 
-def check_knob(name: str, value) -> int | None:
-    """An Ouroboros knob's value, or None for the engine's default."""
-    if value is None:
-        return None
-    page = KNOBS[name].page
-    return check_whole(page.label, value, page.low, page.high)
-
-
-def check_number(name: str, value) -> float:
-    low, high, label = SAMPLING[name]
+def check_number(label: str, value, low: float, high: float) -> float:
+    """A number in [low, high] from the page or the API."""
     ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
     if not ok or not low <= value <= high:
         raise refuse(f"{label} must be a number from {low:g} to {high:g}, got {value!r}.")
     return float(value)
 
 
-def check_seed(seed) -> int | None:
-    """A seed from 0 to MAX_SEED, or None: the race then picks one (and reports it)."""
-    return None if seed is None else check_whole("Seed", seed, 0, MAX_SEED)
+def check_knob(name: str, value) -> int | float | None:
+    """A knob's value (an Ouroboros knob or a sampling option) within its page's range, or None:
+    left empty, for the default (the pair's setting; a sampled race's seed is drawn)."""
+    if value is None:
+        return None
+    setting = KNOBS.get(name) or SAMPLING[name]
+    check = check_number if setting.kind is float else check_whole
+    return check(setting.page.label, value, setting.page.low, setting.page.high)
 
 
-def check_sampling(temperature, top_p, seed) -> dict:
-    """The sampling options shared by every lane of a race: {} for greedy (temperature 0 or None). A
-    sampled race without a seed gets one here, for all its lanes (and reported), so it can be
-    repeated."""
-    temperature = 0.0 if temperature is None else check_number("temperature", temperature)
-    top_p = 1.0 if top_p is None else check_number("top_p", top_p)
-    seed = check_seed(seed)
-    if temperature == 0.0:
+def check_sampling(inputs: dict) -> dict:
+    """The sampling options shared by every lane of a race, from its inputs by name: {} for greedy
+    (temperature 0 or None), else each option, one left empty at its default. A sampled race
+    without a seed gets one here, for all its lanes (and reported), so it can be repeated."""
+    values = {name: check_knob(name, inputs.get(name)) for name in SAMPLING}
+    if not values["temperature"]:
         return {}
-    return {
-        "temperature": temperature,
-        "top_p": top_p,
-        "seed": secrets.randbelow(MAX_SEED + 1) if seed is None else seed,
+    sampling = {
+        name: setting.default if values[name] is None else values[name]
+        for name, setting in SAMPLING.items()
     }
+    if sampling["seed"] is None:
+        sampling["seed"] = secrets.randbelow(SAMPLING["seed"].page.high + 1)
+    return sampling
 
 
 def prompt_tokens(engine, prompt) -> int | None:
@@ -200,7 +196,7 @@ def check_race(inputs: dict, limits: Limits) -> RaceRequest:
     prompt, max_new_tokens, options = check_request(
         inputs["prompt"], inputs["max_new_tokens"], knobs, limits
     )
-    sampling = check_sampling(inputs["temperature"], inputs["top_p"], inputs["seed"])
+    sampling = check_sampling(inputs)
     return RaceRequest(
         prompt,
         max_new_tokens,
@@ -218,10 +214,7 @@ def input_problems(inputs: dict, limits: Limits) -> dict[str, str | None]:
         "max_new_tokens": lambda value: check_whole(
             "Max new tokens", value, 1, limits.max_new_tokens
         ),
-        **{name: functools.partial(check_knob, name) for name in KNOBS},
-        "temperature": lambda value: value is None or check_number("temperature", value),
-        "top_p": lambda value: value is None or check_number("top_p", value),
-        "seed": check_seed,
+        **{name: functools.partial(check_knob, name) for name in (*KNOBS, *SAMPLING)},
     }
     problems = {}
     for name, value in inputs.items():

@@ -1,12 +1,30 @@
 """The page's settings panels, beside each other under the examples: the Ouroboros knobs a visitor
-may set and the sampling options, each a slider or box laid out from its definition."""
+may set and the sampling options, each laid out from its knob's place on the page (config.py)."""
 
 from __future__ import annotations
 
 import gradio as gr
 from gradio.components import Component
 
+from ouroboros_core.config import Knob
 from ui.guard import KNOBS, SAMPLING
+
+
+def knob_input(name: str, setting: Knob) -> Component:
+    """A knob's slider, at its default; a knob that may be left unset (the seed) gets a box instead,
+    starting at the page's lowest value, which a visitor may empty."""
+    page = setting.page
+    if setting.default is None:
+        # Unbounded: the validator says why a value is refused.
+        return gr.Number(page.low, label=page.label, elem_id=name, info=page.info)
+    return gr.Slider(
+        page.low,
+        page.high,
+        value=setting.default,
+        step=page.step,
+        label=page.label,
+        info=page.info,
+    )
 
 
 def settings_panel() -> tuple[dict[str, Component], dict[str, Component]]:
@@ -14,37 +32,7 @@ def settings_panel() -> tuple[dict[str, Component], dict[str, Component]]:
     knobs' sliders, and the sampling inputs (temperature, top_p, seed)."""
     with gr.Row(elem_id="settings"):  # side by side; stacked on a phone (assets/style.css)
         with gr.Accordion("Ouroboros parameters", open=False, elem_id="knobs"):
-            knob_sliders = {
-                name: gr.Slider(
-                    knob.page.low,
-                    knob.page.high,
-                    value=knob.default,
-                    step=1,
-                    label=knob.page.label,
-                    info=knob.page.info,
-                )
-                for name, knob in KNOBS.items()
-            }
+            knob_sliders = {name: knob_input(name, setting) for name, setting in KNOBS.items()}
         with gr.Accordion("Sampling (greedy by default)", open=False, elem_id="sampling"):
-            temperature = gr.Slider(
-                *SAMPLING["temperature"][:2],
-                value=0.0,
-                step=0.05,
-                label="Temperature",
-                info="0: greedy. Above 0 both lanes sample, and still write the same text",
-            )
-            top_p = gr.Slider(
-                *SAMPLING["top_p"][:2],
-                value=1.0,
-                step=0.05,
-                label="Top-p",
-                info="sample from the smallest set of tokens holding this much probability",
-            )
-            seed = gr.Number(
-                0,
-                label="Seed",
-                elem_id="seed",  # unbounded: the validator says why
-                info="each position's draw comes from the seed and the position "
-                "alone; empty: a new one each race, shown after it",
-            )
-    return knob_sliders, {"temperature": temperature, "top_p": top_p, "seed": seed}
+            sampling = {name: knob_input(name, setting) for name, setting in SAMPLING.items()}
+    return knob_sliders, sampling
