@@ -1,6 +1,7 @@
-"""What the GPU tests read of a real run rather than of what they asked for: the device and dtype each model
-computed in, where device_map put the target's layers, whether the draft really drafted, and how far a greedy
-reference sits from a tie; and whether the sampling noise computed on a device is the CPU's, value for value."""
+"""What the GPU tests read of a real run rather than of what they asked for: the device and dtype
+each model computed in, where device_map put the target's layers, whether the draft really drafted,
+and how far a greedy reference sits from a tie; and whether the sampling noise computed on a device
+is the CPU's, value for value."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ Place = tuple[torch.device, torch.dtype]
 
 
 class Computed:
-    """Per role ("target", "draft"): the (device, dtype) of every output each part of the model computed while
-    recorded, with the parts' names (a module's name in the model, or the draft forward the drafters call)."""
+    """Per role ("target", "draft"): the (device, dtype) of every output each part of the model
+    computed while recorded, with the parts' names (a module's name in the model, or the draft
+    forward the drafters call)."""
 
     def __init__(self):
         self.places: dict[str, dict[Place, set[str]]] = {
@@ -43,7 +45,8 @@ class Computed:
 
 
 def output_tensor(output) -> torch.Tensor | None:
-    """The tensor a forward computed: itself, a model output's logits, or the first item of a tuple."""
+    """The tensor a forward computed: itself, a model output's logits, or the first item of a
+    tuple."""
     if isinstance(output, torch.Tensor):
         return output
     if getattr(output, "logits", None) is not None:
@@ -54,8 +57,9 @@ def output_tensor(output) -> torch.Tensor | None:
 
 
 def hook_computing_modules(model, role: str, computed: Computed) -> list:
-    """Forward hooks on the model itself and on every module that holds weights of its own (embeddings,
-    projections, norms, the head): the modules whose outputs are the model's arithmetic."""
+    """Forward hooks on the model itself and on every module that holds weights of its own
+    (embeddings, projections, norms, the head): the modules whose outputs are the model's
+    arithmetic."""
     handles = [
         model.register_forward_hook(lambda module, args, output: computed.add(role, "", output))
     ]
@@ -70,9 +74,9 @@ def hook_computing_modules(model, role: str, computed: Computed) -> list:
 
 
 def watch_draft_forward(forward, computed: Computed):
-    """Record the logits of every call of the draft as the drafters call it. A module is covered by its hooks;
-    the lean draft is plain Python, so its class is swapped for a recording subclass (undone by the returned
-    function). Returns that function."""
+    """Record the logits of every call of the draft as the drafters call it. A module is covered by
+    its hooks; the lean draft is plain Python, so its class is swapped for a recording subclass
+    (undone by the returned function). Returns that function."""
     if isinstance(forward, torch.nn.Module):
         return lambda: None
     original = type(forward)
@@ -89,10 +93,11 @@ def watch_draft_forward(forward, computed: Computed):
 
 @contextmanager
 def recording(engine):
-    """Yields a Computed that records what the engine's target and draft compute until the block ends.
+    """Yields a Computed that records what the engine's target and draft compute until the block
+    ends.
 
-    The draft forward is fetched first (its one-off check against the model's own logits runs now, outside the
-    recording), so the draft is recorded only if a drafter runs it."""
+    The draft forward is fetched first (its one-off check against the model's own logits runs now,
+    outside the recording), so the draft is recorded only if a drafter runs it."""
     computed = Computed()
     handles = hook_computing_modules(engine.target, "target", computed)
     undo = None
@@ -118,7 +123,8 @@ def same_device(actual: torch.device, expected) -> bool:
 
 
 def assert_computed_in(computed: Computed, role: str, device, dtype: torch.dtype) -> None:
-    """Every output the role's model computed while recorded was on `device` in `dtype`, and there was one."""
+    """Every output the role's model computed while recorded was on `device` in `dtype`, and there
+    was one."""
     places = computed.places[role]
     assert places, f"the {role} computed nothing while recorded"
     wrong = {
@@ -144,8 +150,9 @@ def assert_parameters_on(model, device, dtype: torch.dtype | None = None) -> Non
 
 
 def mapped_device(device_map: dict, name: str) -> torch.device:
-    """The device accelerate's map gives a module or parameter: its longest entry that is the name or a prefix
-    of it ("" is the whole model). Integers are GPU indices; "disk" and "meta" are offloaded weights."""
+    """The device accelerate's map gives a module or parameter: its longest entry that is the name
+    or a prefix of it ("" is the whole model). Integers are GPU indices; "disk" and "meta" are
+    offloaded weights."""
     keys = [key for key in device_map if key == "" or name == key or name.startswith(key + ".")]
     assert keys, f"{name} is in no entry of the device map {device_map}"
     where = device_map[max(keys, key=len)]
@@ -158,8 +165,9 @@ def mapped_device(device_map: dict, name: str) -> torch.device:
 def assert_placed_as_mapped(model, computed: Computed, device) -> None:
     """The target's layers are where device_map put them and computed there.
 
-    transformers keeps `hf_device_map` only when accelerate spread the model over more than one device; on one
-    GPU (or a CPU dry run) the whole model must then be on that one device, and every module computed there."""
+    transformers keeps `hf_device_map` only when accelerate spread the model over more than one
+    device; on one GPU (or a CPU dry run) the whole model must then be on that one device, and every
+    module computed there."""
     parts = computed.devices_by_part("target")
     assert parts, "the target computed nothing while recorded"
     device_map = getattr(model, "hf_device_map", None)
@@ -175,7 +183,8 @@ def assert_placed_as_mapped(model, computed: Computed, device) -> None:
             f"device_map {device_map} leaves {device}"
         )
         for name, devices in parts.items():
-            if name:  # the model's own output comes back to its first device (accelerate's io_same_device)
+            # the model's own output comes back to its first device (accelerate's io_same_device)
+            if name:
                 assert devices == {mapped_device(device_map, name)}, (name, devices, device_map)
         return
     devices = {parameter.device for parameter in model.parameters()}
@@ -187,15 +196,17 @@ def assert_placed_as_mapped(model, computed: Computed, device) -> None:
 
 
 def reference_ties(target, prompt_ids: list[int], reference: list[int]) -> set[int]:
-    """Check a greedy reference as every CPU test checks its own; return the positions where it sits at a tie.
+    """Check a greedy reference as every CPU test checks its own; return the positions where it sits
+    at a tie.
 
-    float32: conftest.check_margin, unchanged: every token must lead the runner-up by more than TIE_MARGIN in a
-    float64 forward, else the reference cannot judge a lossless run and the test fails (pick another prompt).
-    16 bits: a float64 lead says nothing there (the embedded pair's and the tiny models' bfloat16 references
-    leave the float64 argmax by up to 0.36 logits), so the lead is measured in the target's own dtype, as the
-    engine's verdict measures it: no token may trail the best by more than TIE_STEPS rounding steps (then it
-    would not be this model's greedy output), and the positions where the runner-up is within one step more than
-    that are the ties, the only places a "float tie" verdict may point at."""
+    float32: conftest.check_margin, unchanged: every token must lead the runner-up by more than
+    TIE_MARGIN in a float64 forward, else the reference cannot judge a lossless run and the test
+    fails (pick another prompt). 16 bits: a float64 lead says nothing there (the embedded pair's and
+    the tiny models' bfloat16 references leave the float64 argmax by up to 0.36 logits), so the lead
+    is measured in the target's own dtype, as the engine's verdict measures it: no token may trail
+    the best by more than TIE_STEPS rounding steps (then it would not be this model's greedy
+    output), and the positions where the runner-up is within one step more than that are the ties,
+    the only places a "float tie" verdict may point at."""
     if target.dtype not in SIXTEEN_BIT:
         check_margin(target, prompt_ids, reference)
         return set()
@@ -215,7 +226,8 @@ def reference_ties(target, prompt_ids: list[int], reference: list[int]) -> set[i
         if lead < -TIE_STEPS * step
     ]
     assert not behind, (
-        f"the {target.dtype} reference is not the target's greedy output at (position, lead) {behind}"
+        f"the {target.dtype} reference is not the target's greedy output at (position, lead) "
+        f"{behind}"
     )
     return {
         i
@@ -225,33 +237,38 @@ def reference_ties(target, prompt_ids: list[int], reference: list[int]) -> set[i
 
 
 def assert_speculates(method: str, drafted: int, accepted: int, tokens_per_forward: float) -> None:
-    """Vanilla drafts nothing and commits one token per target forward; the speculative methods must draft,
-    have drafts accepted and so commit more than one token per forward."""
-    counts = f"{method}: drafted {drafted}, accepted {accepted}, {tokens_per_forward:.2f} tokens per forward"
+    """Vanilla drafts nothing and commits one token per target forward; the speculative methods must
+    draft, have drafts accepted and so commit more than one token per forward."""
+    counts = (
+        f"{method}: drafted {drafted}, accepted {accepted}, "
+        f"{tokens_per_forward:.2f} tokens per forward"
+    )
     if method == "vanilla":
         assert drafted == accepted == 0 and tokens_per_forward == 1, counts
     else:
         assert drafted > 0 and accepted > 0 and tokens_per_forward > 1, counts
 
 
-# Where 64-bit integer arithmetic emulated in int64 goes wrong if it does (a sign kept by a shift, a product or a
-# sum that wraps): seeds at and past 2^63, positions past 2^16 and 2^32, every id of a Qwen-sized vocabulary.
+# Where 64-bit integer arithmetic emulated in int64 goes wrong if it does (a sign kept by a shift, a
+# product or a sum that wraps): seeds at and past 2^63, positions past 2^16 and 2^32, every id of a
+# Qwen-sized vocabulary.
 NOISE_SEEDS = (0, 1, 11, 2**31 - 1, 2**63 - 2, 2**63 - 1, 2**63, 2**64 - 1)
 NOISE_POSITIONS = (0, 1, 2, 255, 2**16 - 1, 2**16, 2**16 + 1, 2**20 + 3, 2**31, 2**40)
 NOISE_VOCAB = 152_064
 
 
 def assert_noise_as_on_the_cpu(device) -> None:
-    """The noise's tensor path (what an accelerator computes) gives the CPU's numpy path's bits on `device`, every
-    one over the grid, and position_noise there the CPU's values (float64 logs may differ in the last place)."""
+    """The noise's tensor path (what an accelerator computes) gives the CPU's numpy path's bits on
+    `device`, every one over the grid, and position_noise there the CPU's values (float64 logs may
+    differ in the last place)."""
     every = torch.arange(NOISE_VOCAB)  # (V,): the same ids at every position
     per_row = torch.randperm(NOISE_VOCAB, generator=torch.Generator().manual_seed(0))[
         : 1000 * len(NOISE_POSITIONS)
     ]
     for ids in (
         every,
-        per_row.view(len(NOISE_POSITIONS), 1000),
-    ):  # and (positions, m): each row its own ids
+        per_row.view(len(NOISE_POSITIONS), 1000),  # and (positions, m): each row its own ids
+    ):
         on_device = ids.to(device)
         for seed in NOISE_SEEDS:
             expected = noise_bits(seed, NOISE_POSITIONS, ids)

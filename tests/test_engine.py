@@ -1,5 +1,6 @@
-"""The decode loop end to end on tiny models: token-identical to the target's own greedy generate() for
-every method, architecture and setting, with the event invariants of engine_checks.check_events."""
+"""The decode loop end to end on tiny models: token-identical to the target's own greedy generate()
+for every method, architecture and setting, with the event invariants of
+engine_checks.check_events."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from conftest import (
 from engine_checks import N, PROMPTS, REPETITIVE_PROMPTS, ids, run
 from ouroboros_core import Engine, Source
 
-# --- the references' distance from ties --------------------------------------------------------------------
+# --- the references' distance from ties -----------------------------------------------------------
 
 
 def test_token_margins_on_crafted_logits():
@@ -33,14 +34,13 @@ def test_token_margins_on_crafted_logits():
 
 
 def test_the_tie_check_fails_on_a_tie(tokenizer, models):
-    target = build_model(
-        "llama", models.eos_id, seed=0
-    )  # the llama target's weights, a copy to change
+    # the llama target's weights, a copy to change
+    target = build_model("llama", models.eos_id, seed=0)
     prompt_ids = tokenizer(PROMPTS[0])["input_ids"]
     expected = reference_ids(target, tokenizer, PROMPTS[0], 8)
     assert check_margin(target, prompt_ids, expected) > TIE_MARGIN
-    # Give another token the output row of the reference's fourth token: the two then tie exactly wherever
-    # that token is the argmax, first at position 3.
+    # Give another token the output row of the reference's fourth token: the two then tie exactly
+    # wherever that token is the argmax, first at position 3.
     other = next(t for t in range(10, 500) if t not in expected)
     with torch.no_grad():
         head = target.get_output_embeddings().weight
@@ -50,9 +50,8 @@ def test_the_tie_check_fails_on_a_tie(tokenizer, models):
     ):
         check_margin(target, prompt_ids, expected)
     with pytest.raises(AssertionError, match="too close to a tie"):
-        reference_ids(
-            target, tokenizer, PROMPTS[0], 8
-        )  # generate() picks one of the two: still refused
+        # generate() picks one of the two: still refused
+        reference_ids(target, tokenizer, PROMPTS[0], 8)
     # A lead under the margin but not a tie (the row scaled a hair below: the token's logit there is
     # positive), and a reference token that is no longer the argmax (scaled above), fail too.
     with torch.no_grad():
@@ -67,7 +66,7 @@ def test_the_tie_check_fails_on_a_tie(tokenizer, models):
         check_margin(target, prompt_ids, expected, margin=0.0)
 
 
-# --- lossless greedy decoding ----------------------------------------------------------------------------
+# --- lossless greedy decoding ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -89,7 +88,8 @@ def test_whole_draft_accepted_when_draft_is_target(make_engine, models, referenc
             assert result.token_ids == reference(models.target(arch), prompt, N)
             # The trunk is the target's own greedy text, so it always stands in full.
             assert all(v.trunk_accepted == len(trunk) for trunk, _, v in verdicts)
-            # Every step commits at least gamma drafts plus the target's token (fewer only at the end).
+            # Every step commits at least gamma drafts plus the target's token (fewer only at the
+            # end).
             assert result.stats.target_forwards <= math.ceil(len(result.token_ids) / 5)
             if method == "speculative" and result.stop_reason == "max_new_tokens":
                 assert result.stats.acceptance_rate == 1.0
@@ -105,8 +105,8 @@ def test_partial_acceptance_with_a_noisy_draft(make_engine, models, reference, a
     engine = make_engine(arch, "noisy")
     for method in ("speculative", "ouroboros"):
         accepted = drafted = 0
-        # Ouroboros without its one-token alternatives: the noisy draft's next choices would stand in for nearly
-        # every rejected token (the walked path then holds no rejection to count).
+        # Ouroboros without its one-token alternatives: the noisy draft's next choices would stand
+        # in for nearly every rejected token (the walked path then holds no rejection to count).
         options = {"second_above": 1.0} if method == "ouroboros" else {}
         for prompt in PROMPTS:
             result = run(engine, prompt, method, **options)
@@ -152,7 +152,8 @@ def test_eos_inside_an_accepted_phrase(make_engine, models, reference, arch):
     engine = make_engine(arch, "same")
     for method in ("speculative", "ouroboros"):
         plain = run(engine, PROMPTS[1], method, 16, gamma=5)
-        # Pick a token the target commits as an accepted draft (not as its own token), first time seen.
+        # Pick a token the target commits as an accepted draft (not as its own token), first time
+        # seen.
         position, eos = None, None
         for step in plain.events:
             start = sum(len(s.committed) for s in plain.events[: step.index])
@@ -180,12 +181,11 @@ def test_eos_inside_an_accepted_phrase(make_engine, models, reference, arch):
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_real_eos_token_stops_and_is_left_out_of_the_text(tokenizer, models, reference, arch):
-    # A target that says <|endoftext|> often: its EOS logit follows the input embedding of a token it
-    # writes early on, so once that token is fed back the EOS logit is raised.
+    # A target that says <|endoftext|> often: its EOS logit follows the input embedding of a token
+    # it writes early on, so once that token is fed back the EOS logit is raised.
     target = build_model(arch, models.eos_id, seed=50 + ARCHITECTURES.index(arch))
-    trigger = reference_ids(target, tokenizer, PROMPTS[2], 8)[
-        3
-    ]  # not memoised: the weights change below
+    # not memoised: the weights change below
+    trigger = reference_ids(target, tokenizer, PROMPTS[2], 8)[3]
     with torch.no_grad():
         target.get_output_embeddings().weight[models.eos_id] *= 0
         target.get_output_embeddings().weight[models.eos_id] += (
@@ -205,12 +205,13 @@ def test_real_eos_token_stops_and_is_left_out_of_the_text(tokenizer, models, ref
     assert stopped, "no prompt reached EOS: the test did not test it"
 
 
-# A small initializer range makes an untrained model fall into loops, the way real models repeat code:
-# then phrases seen earlier in the output (prompt lookup, lookahead n-grams) match as branches. Its logits
-# are small (|logit| < 3.5), so near-ties are common: the seeds are the ones of 20-59 whose references in
-# the two tests below lead by the most (float64 leads 8.4e-3, 7.1e-3, 6.7e-3, 2.2e-2; the earlier seeds
-# 20-23 led by 7.5e-4 and 9.5e-6 for llama and qwen2, under TIE_MARGIN), with full branch matches (5, 5,
-# 3, 6) and lookup branches past a rejected draft (8, 11, 8, 13) in every architecture.
+# A small initializer range makes an untrained model fall into loops, the way real models repeat
+# code: then phrases seen earlier in the output (prompt lookup, lookahead n-grams) match as
+# branches. Its logits are small (|logit| < 3.5), so near-ties are common: the seeds are the ones of
+# 20-59 whose references in the two tests below lead by the most (float64 leads 8.4e-3, 7.1e-3,
+# 6.7e-3, 2.2e-2; the earlier seeds 20-23 led by 7.5e-4 and 9.5e-6 for llama and qwen2, under
+# TIE_MARGIN), with full branch matches (5, 5, 3, 6) and lookup branches past a rejected draft
+# (8, 11, 8, 13) in every architecture.
 LOOPING_SEEDS = {"llama": 24, "qwen2": 43, "mistral": 49, "gpt2": 30}
 
 
@@ -231,8 +232,8 @@ def test_a_branch_fully_matched_keeps_its_bonus_token(
     full_matches = 0
     for prompt in (PROMPTS[1], PROMPTS[2], REPETITIVE_PROMPTS[1]):
         verdicts.clear()
-        # Pinned settings (not the defaults, which follow the embedded pair's sweep): 3-token phrases
-        # from a lookahead window and prompt lookup, several branches.
+        # Pinned settings (not the defaults, which follow the embedded pair's sweep): 3-token
+        # phrases from a lookahead window and prompt lookup, several branches.
         result = run(engine, prompt, "ouroboros", 32, gamma=4, window=8, ngram=4, branches=3)
         assert result.token_ids == reference(target, prompt, 32)
         assert len(verdicts) == len(result.events)
@@ -260,14 +261,14 @@ def test_context_lookup_branch_takes_over_from_a_rejected_draft(
     from_root = 0
     for prompt in (PROMPTS[1], REPETITIVE_PROMPTS[1], REPETITIVE_PROMPTS[2]):
         verdicts.clear()
-        # The draft's other choices off (second_above 1): they too hang inside the trunk, and this is lookup's test.
+        # The draft's other choices off (second_above 1): they too hang inside the trunk, and this
+        # is lookup's test.
         result = run(engine, prompt, "ouroboros", 32, lookup=8, branches=1, second_above=1.0)
         assert result.token_ids == reference(target, prompt, 32)
         for (trunk, branches, verdict), step in zip(verdicts, result.events):
             if verdict.branch is not None and verdict.trunk_accepted < len(trunk):
-                from_root += (
-                    1  # the target rejected the draft's token and walked the lookup branch instead
-                )
+                # the target rejected the draft's token and walked the lookup branch instead
+                from_root += 1
                 branch = branches[verdict.branch]
                 assert ids(step.drafted) == trunk[: verdict.trunk_accepted] + branch
                 assert step.drafted[verdict.trunk_accepted].source == Source.PROMPT
@@ -323,8 +324,8 @@ def test_speculative_gamma_stays_lossless(make_engine, models, reference, gamma)
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_lossless_up_to_the_end_of_the_context(tokenizer, make_engine, models, reference, arch):
-    # The prompt fills the context but for max_new_tokens: drafts, lookahead columns and branches must
-    # not run past the models' positions (GPT-2's position table ends there).
+    # The prompt fills the context but for max_new_tokens: drafts, lookahead columns and branches
+    # must not run past the models' positions (GPT-2's position table ends there).
     engine = make_engine(arch, "noisy")
     prompt = "import os\n" * 33
     max_new_tokens = engine.max_context - len(engine.encode(prompt))

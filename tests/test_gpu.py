@@ -1,14 +1,18 @@
-"""On the device the demo is built for: CUDA, in float32, bfloat16 and float16. Skipped without a GPU.
+"""On the device the demo is built for: CUDA, in float32, bfloat16 and float16. Skipped without a
+GPU.
 
-    python3 -m pytest -m gpu                                   # on a machine with CUDA
-    OUROBOROS_GPU_TEST_DEVICE=cpu python3 -m pytest -m gpu     # the same checks on the CPU (slow, for a dry run)
+    # on a machine with CUDA
+    python3 -m pytest -m gpu
+    # the same checks on the CPU (slow, for a dry run)
+    OUROBOROS_GPU_TEST_DEVICE=cpu python3 -m pytest -m gpu
 
-Every method is compared with the target's own generate() through the engine's verdict: float32 must be
-identical; in 16 bits a difference must be a float tie (the target's two best tokens within rounding) at a
-position where the reference itself sits at one. Each reference is checked as the CPU tests check theirs
-(gpu_checks.reference_ties). Nothing is taken from what a test asked for: the device and dtype of every model
-are read from the forwards it really ran during the run, and the speculative methods must have drafted, had
-drafts accepted and committed more than one token per target forward.
+Every method is compared with the target's own generate() through the engine's verdict: float32 must
+be identical; in 16 bits a difference must be a float tie (the target's two best tokens within
+rounding) at a position where the reference itself sits at one. Each reference is checked as the CPU
+tests check theirs (gpu_checks.reference_ties). Nothing is taken from what a test asked for: the
+device and dtype of every model are read from the forwards it really ran during the run, and the
+speculative methods must have drafted, had drafts accepted and committed more than one token per
+target forward.
 """
 
 from __future__ import annotations
@@ -60,8 +64,9 @@ def gpu_engine(models, tokenizer, arch, dtype, draft_device=DEVICE) -> Engine:
 
 
 def greedy(engine, prompt, max_new_tokens) -> tuple[list[int], set[int]]:
-    """The target's own greedy generate() output, checked as the CPU tests check theirs, and the positions where
-    it sits at a 16-bit tie (none in float32, where a reference that close to a tie fails the test)."""
+    """The target's own greedy generate() output, checked as the CPU tests check theirs, and the
+    positions where it sits at a 16-bit tie (none in float32, where a reference that close to a tie
+    fails the test)."""
     prompt_ids = engine.encode(prompt)
     ids = torch.tensor([prompt_ids], device=engine.target.get_input_embeddings().weight.device)
     with torch.no_grad():
@@ -125,8 +130,9 @@ def test_target_on_the_gpu_and_draft_on_the_cpu(models, tokenizer, arch):
 
 
 def test_the_sampling_noise_on_the_device_is_the_cpus():
-    """Every lane's sample rests on position_noise being the same on any device: on a GPU it runs the tensor path,
-    which never runs in the CPU suite's engines, so it is held here to the CPU's bits over a large grid."""
+    """Every lane's sample rests on position_noise being the same on any device: on a GPU it runs
+    the tensor path, which never runs in the CPU suite's engines, so it is held here to the CPU's
+    bits over a large grid."""
     assert_noise_as_on_the_cpu(DEVICE)
 
 
@@ -167,8 +173,9 @@ def test_tree_forward_equals_plain_forwards(eos_id, arch):
 
 
 def test_device_map_auto_spreads_the_target(tmp_path):
-    """accelerate places the target; the test reads where its layers went and where each computed. The draft is
-    the target's own weights, loaded apart, so that nearly every draft is accepted through the mapped target."""
+    """accelerate places the target; the test reads where its layers went and where each computed.
+    The draft is the target's own weights, loaded apart, so that nearly every draft is accepted
+    through the mapped target."""
     folder = save_tiny_pair(tmp_path) / "target"
     engine = load_engine(str(folder), str(folder), DEVICE, dtype="float32", device_map="auto")
     prompt = PROMPTS[0]
@@ -200,8 +207,8 @@ def test_the_embedded_pair_runs_in_float32_and_matches_generate(embedded):
 
 
 def test_the_embedded_pair_in_bfloat16_departs_only_at_float_ties():
-    """bfloat16 asked for beats the preset's float32: a preset that overrode the request would compute in
-    float32 and fail here."""
+    """bfloat16 asked for beats the preset's float32: a preset that overrode the request would
+    compute in float32 and fail here."""
     engine = load_engine("demo", device=DEVICE, dtype="bfloat16")
     from ouroboros_core.tools.bench import humaneval_prompts
 
@@ -212,9 +219,9 @@ def test_the_embedded_pair_in_bfloat16_departs_only_at_float_ties():
 
 
 def test_sampled_races_in_16_bits_part_only_at_rounding_boundaries():
-    """Sampled, the lanes may part where two tokens' keyed scores (tempered score plus the position's noise) lie
-    within rounding of each other; the verdict must call every such difference a rounding boundary, none a
-    mismatch, and a lane drawn with other noise a mismatch."""
+    """Sampled, the lanes may part where two tokens' keyed scores (tempered score plus the
+    position's noise) lie within rounding of each other; the verdict must call every such difference
+    a rounding boundary, none a mismatch, and a lane drawn with other noise a mismatch."""
     from ouroboros_core.tools.bench import humaneval_prompts
 
     engine = load_engine("demo", device=DEVICE, dtype="bfloat16")
@@ -238,9 +245,9 @@ def test_sampled_races_in_16_bits_part_only_at_rounding_boundaries():
     assert set(kinds) <= {"identical", "rounding boundary"}, kinds
 
 
-# The embedded pair's preset names float32, so bfloat16 shows whether the app passed OUROBOROS_DTYPE on. Left
-# unset, OUROBOROS_DEVICE means CUDA where there is one, so on a GPU host the race also runs on the CPU: an app
-# that dropped the variable would compute on the GPU and fail.
+# The embedded pair's preset names float32, so bfloat16 shows whether the app passed OUROBOROS_DTYPE
+# on. Left unset, OUROBOROS_DEVICE means CUDA where there is one, so on a GPU host the race also
+# runs on the CPU: an app that dropped the variable would compute on the GPU and fail.
 APP_PLACES = [(DEVICE, "bfloat16")] + ([("cpu", "bfloat16")] if ON_GPU else [])
 
 
@@ -254,8 +261,9 @@ def test_the_apps_race_on_the_device(monkeypatch, device, dtype):
     app = importlib.import_module("app")
     with monkeypatch.context() as loading:
         if torch.device(device).type == "cpu" and not torch.cuda.is_available():
-            # On a CPU-only host the CPU is also the default: pretend a GPU while the pair loads, so that an app
-            # that dropped OUROBOROS_DEVICE would reach for CUDA and fail to load, as on a GPU host.
+            # On a CPU-only host the CPU is also the default: pretend a GPU while the pair loads, so
+            # that an app that dropped OUROBOROS_DEVICE would reach for CUDA and fail to load, as on
+            # a GPU host.
             loading.setattr(torch.cuda, "is_available", lambda: True)
         engine = app.get_engine()
     with recording(engine) as computed:

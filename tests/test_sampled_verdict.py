@@ -1,7 +1,8 @@
-"""The verdict for sampled races in 16 bits. A sampled token is the one whose tempered score plus its position's
-fixed noise is highest; a tree forward rounds the scores a little differently from a one-token forward, so
-where two tokens' keyed scores lie within rounding of each other either may win: a rounding boundary, said
-calmly. A token that trails the winner by more than rounding is a mismatch (a bug)."""
+"""The verdict for sampled races in 16 bits. A sampled token is the one whose tempered score plus
+its position's fixed noise is highest; a tree forward rounds the scores a little differently from a
+one-token forward, so where two tokens' keyed scores lie within rounding of each other either may
+win: a rounding boundary, said calmly. A token that trails the winner by more than rounding is a
+mismatch (a bug)."""
 
 from __future__ import annotations
 
@@ -37,9 +38,8 @@ def two_steps(scores: torch.Tensor) -> list[float]:
 def test_keyed_scores_within_rounding_may_pick_either_token_and_far_ones_may_not():
     scores = three_tokens(0.5, 0.3).to(torch.bfloat16)
     gap = float(scores[0]) - float(scores[1])  # token 0 leads token 1 by this before the noise
-    tied = torch.tensor(
-        [0.0, gap, -5.0], dtype=torch.float64
-    )  # noise that brings token 1 level with token 0
+    # noise that brings token 1 level with token 0
+    tied = torch.tensor([0.0, gap, -5.0], dtype=torch.float64)
     assert drawable(scores, [0, 1], 1.0, 1.0, tied, torch.bfloat16)
     assert drawable(
         scores,
@@ -64,21 +64,21 @@ def test_keyed_scores_within_rounding_may_pick_either_token_and_far_ones_may_not
 
 
 def test_the_rounding_allowed_is_two_steps_of_each_score_and_no_more():
-    """Token 1 may win where, rounded two steps up, it reaches token 0 rounded two steps down: a token trailing
-    by just less than that may be drawn, one trailing by just more may not (a wider allowance would excuse bugs)."""
+    """Token 1 may win where, rounded two steps up, it reaches token 0 rounded two steps down: a
+    token trailing by just less than that may be drawn, one trailing by just more may not (a wider
+    allowance would excuse bugs)."""
     scores = three_tokens(0.5, 0.3).to(torch.bfloat16)
     steps = two_steps(scores)
     allowed = steps[0] + steps[1]
-    assert (
-        0.005 < allowed < 0.03
-    )  # scores near -0.7 and -1.2: two steps of each, under 0.03 together
+    # scores near -0.7 and -1.2: two steps of each, under 0.03 together
+    assert 0.005 < allowed < 0.03
     for trail, expected in ((allowed - 1e-6, True), (allowed + 1e-6, False)):
         noise = torch.tensor(
             [0.0, float(scores[0]) - float(scores[1]) - trail, -5.0], dtype=torch.float64
         )
         assert drawable(scores, [1], 1.0, 1.0, noise, torch.bfloat16) is expected, trail
-    # At temperature 0.5 the same score rounding moves keyed scores twice as far: trailing by 1.5x the allowance
-    # at temperature 1 is beyond it there, and within it at 0.5.
+    # At temperature 0.5 the same score rounding moves keyed scores twice as far: trailing by 1.5x
+    # the allowance at temperature 1 is beyond it there, and within it at 0.5.
     gap = float(scores[0]) - float(scores[1])
     for temperature in (1.0, 0.5):
         noise = torch.tensor([0.0, gap / temperature - 1.5 * allowed, -5.0], dtype=torch.float64)
@@ -88,12 +88,10 @@ def test_the_rounding_allowed_is_two_steps_of_each_score_and_no_more():
 
 
 def test_the_nucleus_edge_counts_a_token_kept_in_some_rounding_only():
-    scores = three_tokens(0.6, 0.3).to(
-        torch.bfloat16
-    )  # top_p 0.6: token 1 is just outside the nucleus
-    first = torch.tensor(
-        [0.0, 10.0, 20.0], dtype=torch.float64
-    )  # noise that puts token 2, then 1, far ahead
+    # top_p 0.6: token 1 is just outside the nucleus
+    scores = three_tokens(0.6, 0.3).to(torch.bfloat16)
+    # noise that puts token 2, then 1, far ahead
+    first = torch.tensor([0.0, 10.0, 20.0], dtype=torch.float64)
     assert drawable(
         scores, [1], 1.0, 0.6, torch.tensor([0.0, 10.0, 0.0], dtype=torch.float64), torch.bfloat16
     )
@@ -114,7 +112,8 @@ def bf16_engine():
 
 @pytest.fixture(scope="module")
 def sampled_races(bf16_engine):
-    """18 sampled races of the embedded pair in bfloat16: (prompt, seed, vanilla's tokens, Ouroboros's)."""
+    """18 sampled races of the embedded pair in bfloat16: (prompt, seed, vanilla's tokens,
+    Ouroboros's)."""
     races = []
     for item in humaneval_prompts(6):
         for seed in (1, 2, 3):
@@ -131,10 +130,10 @@ def sampled_races(bf16_engine):
 def assert_within_rounding(
     engine, prompt: str, vanilla: list[int], ouroboros: list[int], at: int, seed: int, margin: float
 ) -> None:
-    """How far vanilla's token at `at` trails the best keyed score in the verdict's own forward (the same shape,
-    so the same scores): two rounding steps of each score at most, unless the best token there sits at the nucleus
-    edge (kept in some rounding only), where rounding decides whether it takes part at all and the gap says
-    nothing."""
+    """How far vanilla's token at `at` trails the best keyed score in the verdict's own forward (the
+    same shape, so the same scores): two rounding steps of each score at most, unless the best token
+    there sits at the nucleus edge (kept in some rounding only), where rounding decides whether it
+    takes part at all and the gap says nothing."""
     ids = engine.encode(prompt)
     forward = engine.target(
         input_ids=torch.tensor([ids + ouroboros[:-1]]), logits_to_keep=len(ouroboros) - at
@@ -165,9 +164,9 @@ def test_every_sampled_difference_in_bfloat16_is_a_rounding_boundary(bf16_engine
             assert_within_rounding(
                 bf16_engine, prompt, vanilla, ouroboros, at, seed, verdict.margin
             )
-    # The lanes part rarely now that the noise is per token (a flip needs two keyed scores within rounding),
-    # so the classification's power is shown on built outputs below; these races part too (7 of 18 measured,
-    # three of them where the nucleus edge, not the keyed gap, decided).
+    # The lanes part rarely now that the noise is per token (a flip needs two keyed scores within
+    # rounding), so the classification's power is shown on built outputs below; these races part too
+    # (7 of 18 measured, three of them where the nucleus edge, not the keyed gap, decided).
     assert kinds.count("rounding boundary") >= 2, kinds
 
 
@@ -175,7 +174,8 @@ def test_every_sampled_difference_in_bfloat16_is_a_rounding_boundary(bf16_engine
 def own_continuation(
     engine, prompt_ids: list[int], tokens: list[int], length: int, seed: int
 ) -> list[int]:
-    """`tokens`, then the target's own keyed samples after them (one teacher-forced forward per token) to `length`."""
+    """`tokens`, then the target's own keyed samples after them (one teacher-forced forward per
+    token) to `length`."""
     tokens = list(tokens)
     while len(tokens) < length:
         row = engine.target(input_ids=torch.tensor([prompt_ids + tokens]), logits_to_keep=1).logits[
@@ -191,9 +191,10 @@ def own_continuation(
 def test_an_output_that_takes_a_runner_up_within_rounding_is_a_rounding_boundary(
     bf16_engine, sampled_races
 ):
-    """The classification has power: at positions where vanilla's runner-up trails its sample by less than
-    rounding, an output that takes the runner-up there and then the target's own samples is a rounding boundary;
-    where the runner-up trails by far more, the same construction is a mismatch at that token."""
+    """The classification has power: at positions where vanilla's runner-up trails its sample by
+    less than rounding, an output that takes the runner-up there and then the target's own samples
+    is a rounding boundary; where the runner-up trails by far more, the same construction is a
+    mismatch at that token."""
     built = {"rounding boundary": 0, "mismatch": 0}
     for prompt, seed, vanilla, _ in sampled_races:
         ids = bf16_engine.encode(prompt)
@@ -210,9 +211,8 @@ def test_an_output_that_takes_a_runner_up_within_rounding_is_a_rounding_boundary
         )
         vocab = torch.arange(rows.shape[-1])
         top = keyed.topk(2)
-        for at in range(
-            len(vanilla) - 4
-        ):  # a few tokens after the change, so the rest is checked too
+        # a few tokens after the change, so the rest is checked too
+        for at in range(len(vanilla) - 4):
             gap = float(top.values[at, 0] - top.values[at, 1])
             near = drawable(
                 rows[at],
@@ -240,8 +240,8 @@ def test_an_output_that_takes_a_runner_up_within_rounding_is_a_rounding_boundary
 
 
 def test_an_output_drawn_with_other_draws_is_a_mismatch(bf16_engine, sampled_races):
-    """A lane that sampled from the wrong stream (another seed) is no rounding boundary: its tokens lie beyond
-    rounding from the draws at their positions, and the verdict says where."""
+    """A lane that sampled from the wrong stream (another seed) is no rounding boundary: its tokens
+    lie beyond rounding from the draws at their positions, and the verdict says where."""
     for prompt, seed, vanilla, _ in sampled_races[::3]:
         other = bf16_engine.generate(
             prompt, "ouroboros", TOKENS, seed=seed + 1000, **SAMPLING

@@ -1,6 +1,6 @@
-"""Sampled lanes that stay identical: each position's randomness comes from the seed and the position alone,
-so vanilla, speculative and Ouroboros write the same sampled text token for token (test_sampling checks that
-the tokens follow the target's distribution)."""
+"""Sampled lanes that stay identical: each position's randomness comes from the seed and the
+position alone, so vanilla, speculative and Ouroboros write the same sampled text token for token
+(test_sampling checks that the tokens follow the target's distribution)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def engine():
     return load_engine("demo", device="cpu")
 
 
-# --- the noise, from SplitMix64's definition, in Python's unbounded integers: nothing taken from the module ---
+# --- the noise, from SplitMix64's definition, in Python's unbounded integers ---------------------
+# Nothing taken from the module.
 
 MASK = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment, the golden ratio in 64 bits
@@ -51,21 +52,23 @@ def splitmix64_mix(z: int) -> int:
 
 
 def splitmix64(state: int):
-    """SplitMix64's stream from `state`: add GAMMA, output the mix of the new state (Vigna's splitmix64.c)."""
+    """SplitMix64's stream from `state`: add GAMMA, output the mix of the new state (Vigna's
+    splitmix64.c)."""
     while True:
         state = (state + GAMMA) & MASK
         yield splitmix64_mix(state)
 
 
 def reference_key(seed: int, position: int) -> int:
-    """A position's key as sampling.position_key derives it: the mix of seed * GAMMA + (position + 1) times the
-    mix's first multiplier, modulo 2^64."""
+    """A position's key as sampling.position_key derives it: the mix of seed * GAMMA +
+    (position + 1) times the mix's first multiplier, modulo 2^64."""
     return splitmix64_mix((seed * GAMMA + (position + 1) * 0xBF58476D1CE4E5B9) & MASK)
 
 
 def reference_bits(seed: int, position: int, token: int) -> int:
-    """53 random bits: the top of output number `token` (from 0) of SplitMix64's stream whose first output is the
-    mix of the key, i.e. the stream from key - GAMMA; output n of it is the mix of key + n * GAMMA."""
+    """53 random bits: the top of output number `token` (from 0) of SplitMix64's stream whose first
+    output is the mix of the key, i.e. the stream from key - GAMMA; output n of it is the mix of
+    key + n * GAMMA."""
     return splitmix64_mix((reference_key(seed, position) + token * GAMMA) & MASK) >> 11
 
 
@@ -89,8 +92,9 @@ def test_the_reference_is_splitmix64s_stream():
     ]
 
 
-# (seed, position, token id) -> the position's key, the token's 53 bits and its noise, computed with the reference
-# above and written down: a change to any step of the key or of the stream changes every one of them.
+# (seed, position, token id) -> the position's key, the token's 53 bits and its noise, computed with
+# the reference above and written down: a change to any step of the key or of the stream changes
+# every one of them.
 PINNED_NOISE = [
     (0, 0, 0, 0xF2FEA5823ED3A667, 5445156731172977, 0.6865735654400769),
     (1, 0, 0, 0xE4BACEA5C4B9B499, 352751230379466, -1.17557838382148),
@@ -123,10 +127,10 @@ def test_the_noise_is_pinned_to_values_computed_outside_the_module(
 
 
 def test_neighbouring_seeds_and_positions_give_uncorrelated_noise():
-    """Seeds 0..7 and 2^63 - 1, 2^63 at positions 0..7, seeds 0, 1 at the 24 positions around 2^16: 128 rows of
-    16,384 uniforms. A key that mixed seed and position into one sum (seed s at position p + 1 is then seed s + 1
-    at p) gives a correlation of 1; independent rows sit within 0.008 of 0 (one sd), the largest of the 8,128
-    pairs here at 0.03."""
+    """Seeds 0..7 and 2^63 - 1, 2^63 at positions 0..7, seeds 0, 1 at the 24 positions around 2^16:
+    128 rows of 16,384 uniforms. A key that mixed seed and position into one sum (seed s at position
+    p + 1 is then seed s + 1 at p) gives a correlation of 1; independent rows sit within 0.008 of 0
+    (one sd), the largest of the 8,128 pairs here at 0.03."""
     ids = torch.arange(16_384)
     rows = [
         (seed, position)
@@ -140,15 +144,15 @@ def test_neighbouring_seeds_and_positions_give_uncorrelated_noise():
     )
     centred = uniform - uniform.mean(dim=1, keepdim=True)
     centred /= centred.norm(dim=1, keepdim=True)
-    correlation = (
-        centred @ centred.T - torch.eye(len(rows), dtype=torch.float64)
-    ).abs()  # 0 on the diagonal
+    # 0 on the diagonal
+    correlation = (centred @ centred.T - torch.eye(len(rows), dtype=torch.float64)).abs()
     a, b = divmod(int(correlation.argmax()), len(rows))
     assert float(correlation.max()) < 0.05, (rows[a], rows[b], float(correlation.max()))
 
 
 def test_the_noise_tensor_path_gives_the_numpy_paths_bits_on_the_cpu():
-    """The path an accelerator takes (int64 arithmetic with logical shifts emulated), run here on the CPU."""
+    """The path an accelerator takes (int64 arithmetic with logical shifts emulated), run here on
+    the CPU."""
     assert_noise_as_on_the_cpu("cpu")
 
 
@@ -174,22 +178,21 @@ def test_position_noise_is_splitmix64_of_seed_position_and_token_and_gumbel():
     uniform = torch.exp(-torch.exp(-values))  # the Gumbel CDF: uniform if the noise is Gumbel(0, 1)
     counts = torch.histc(uniform, bins=20, min=0.0, max=1.0)
     expected = len(uniform) / 20
-    assert (
-        float(((counts - expected) ** 2 / expected).sum()) < 43.8
-    )  # chi-square, 19 dof, alpha 0.001
-    # Neighbouring tokens and neighbouring positions are not correlated (sd of each estimate ~0.003).
+    # chi-square, 19 dof, alpha 0.001
+    assert float(((counts - expected) ** 2 / expected).sum()) < 43.8
+    # Neighbouring tokens and neighbouring positions are not correlated (sd of each estimate
+    # ~0.003).
     centred = uniform.view(50, 4096) - 0.5
     for a, b in ((centred[:, :-1], centred[:, 1:]), (centred[:-1], centred[1:])):
         assert abs(float((a * b).mean() / (a * a).mean())) < 0.015
 
 
 def test_keyed_scores_of_the_top_tokens_equal_those_of_the_whole_vocabulary(monkeypatch):
-    """The fast path (noise for the most likely tokens only, where the nucleus ends among them) and the whole
-    vocabulary's give every row the same scores, the nucleus's edge included."""
+    """The fast path (noise for the most likely tokens only, where the nucleus ends among them) and
+    the whole vocabulary's give every row the same scores, the nucleus's edge included."""
     torch.manual_seed(1)
-    logits = (
-        torch.randn(40, 4096) * torch.linspace(0.3, 6, 40)[:, None]
-    )  # flat rows (long nuclei) to sharp ones
+    # flat rows (long nuclei) to sharp ones
+    logits = torch.randn(40, 4096) * torch.linspace(0.3, 6, 40)[:, None]
     positions = list(range(100, 140))
     fast = keyed_scores(logits, 0.8, 0.95, 7, positions)
     monkeypatch.setattr(sampling, "NUCLEUS_TIERS", ())  # every row ranked over the whole vocabulary
@@ -216,10 +219,11 @@ def test_keyed_samples_follow_the_distribution_and_never_a_zero_probability_toke
     assert Sampler().tokens(logits[:3], []) == [0, 0, 0]
 
 
-def test_a_draft_keyed_with_the_same_noise_agrees_with_the_target_as_often_as_close_distributions_can():
-    """Why the noise is per token: a draft whose distribution is close to the target's (total variation 0.1)
-    picks the target's sample nearly as often as any coupling allows (0.9), where an inverse-CDF draw in
-    vocabulary order loses it wherever the shift passes a small token's slice."""
+def test_a_draft_keyed_with_the_same_noise_agrees_as_often_as_close_distributions_can():
+    """Why the noise is per token: a draft whose distribution is close to the target's (total
+    variation 0.1) picks the target's sample nearly as often as any coupling allows (0.9), where an
+    inverse-CDF draw in vocabulary order loses it wherever the shift passes a small token's
+    slice."""
     torch.manual_seed(0)
     target = torch.softmax(torch.randn(64) * 2, dim=0)
     draft = 0.9 * target + 0.1 * torch.softmax(torch.randn(64) * 2, dim=0)
@@ -234,7 +238,8 @@ def test_a_draft_keyed_with_the_same_noise_agrees_with_the_target_as_often_as_cl
 
 
 def test_row_positions_follow_the_tree():
-    # 10 tokens committed; a trunk of 3; a branch of 2 after the whole trunk, a branch of 2 after trunk[:1].
+    # 10 tokens committed; a trunk of 3; a branch of 2 after the whole trunk, a branch of 2 after
+    # trunk[:1].
     assert row_positions(10, 3, [[7, 8], [5, 6]], [3, 1]) == [10, 11, 12, 13, 14, 15, 12, 13]
     assert row_positions(10, 0, [], None) == [10]
 
@@ -252,17 +257,16 @@ def test_sampled_lanes_are_identical_token_for_token(engine, prompt):
         ids = [t.id for event in result.events for t in event.committed]
         assert ids == result.token_ids
     assert reference != greedy
-    assert (
-        runs["ouroboros"].stats.accepted_tokens > 0
-    )  # the drafts really stood in for target forwards
+    # the drafts really stood in for target forwards
+    assert runs["ouroboros"].stats.accepted_tokens > 0
     again = engine.generate(prompt, "ouroboros", 48, temperature=0.8, top_p=0.95, seed=11).token_ids
     other = engine.generate(prompt, "ouroboros", 48, temperature=0.8, top_p=0.95, seed=12).token_ids
     assert again == reference and other != reference
 
 
 def test_a_randomness_stream_per_request_would_part_the_lanes(engine, monkeypatch):
-    """The check above has teeth: noise taken in order from one stream per request, as before, splits the
-    lanes, because Ouroboros samples more rows per forward than it keeps."""
+    """The check above has teeth: noise taken in order from one stream per request, as before,
+    splits the lanes, because Ouroboros samples more rows per forward than it keeps."""
     counter = itertools.count()
     keyed = Sampler.tokens
 
@@ -282,7 +286,8 @@ def test_a_randomness_stream_per_request_would_part_the_lanes(engine, monkeypatc
 
 @pytest.fixture
 def sampled_rows(monkeypatch) -> list[int]:
-    """The number of rows of each keyed_scores call from here on (each call samples a group of rows)."""
+    """The number of rows of each keyed_scores call from here on (each call samples a group of
+    rows)."""
     rows = []
     keyed = sampling.keyed_scores
 
@@ -295,8 +300,9 @@ def sampled_rows(monkeypatch) -> list[int]:
 
 
 def test_sampled_rows_are_read_in_groups_and_only_when_walked(sampled_rows):
-    """The verifier samples the trunk's rows and a branch's rows only when it reads them (a sampled row costs a
-    nucleus search); what it reads equals sampling every row at once, and greedy groups are plain argmaxes."""
+    """The verifier samples the trunk's rows and a branch's rows only when it reads them (a sampled
+    row costs a nucleus search); what it reads equals sampling every row at once, and greedy groups
+    are plain argmaxes."""
     torch.manual_seed(3)
     logits = torch.randn(7, 50) * 3
     positions = list(range(20, 27))
@@ -315,8 +321,8 @@ def test_sampled_rows_are_read_in_groups_and_only_when_walked(sampled_rows):
 
 
 def test_ouroboros_samples_fewer_rows_than_it_verifies(engine, sampled_rows):
-    """In the engine: fewer rows sampled than the target verified (branches off the walked path are skipped),
-    with the lanes still identical to vanilla's."""
+    """In the engine: fewer rows sampled than the target verified (branches off the walked path are
+    skipped), with the lanes still identical to vanilla's."""
     vanilla = engine.generate(
         PROMPTS[2], "vanilla", 48, temperature=0.8, top_p=0.95, seed=5
     ).token_ids

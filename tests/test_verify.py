@@ -1,4 +1,5 @@
-"""Tree verification: the acceptance walk, the tree layout, and one-forward tree logits against plain forwards."""
+"""Tree verification: the acceptance walk, the tree layout, and one-forward tree logits against
+plain forwards."""
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ from ouroboros_core.cache import cache_length, new_cache
 from ouroboros_core.verify import Verdict, forward_tree, tree_layout, walk_tree
 
 
-# --- walk_tree: pure cases -------------------------------------------------------------------------------
+# --- walk_tree: pure cases ------------------------------------------------------------------------
 
 
 def test_whole_trunk_accepted_gives_the_target_token_after_it():
@@ -34,8 +35,8 @@ def test_empty_proposal_is_one_target_token():
 
 
 def test_branch_fully_matched_keeps_its_bonus_token():
-    # After the trunk the target says 10; branch 1 is [10, 20, 30] and the target agrees with all of it,
-    # then adds 40 of its own: all three branch tokens stand plus the bonus token.
+    # After the trunk the target says 10; branch 1 is [10, 20, 30] and the target agrees with all of
+    # it, then adds 40 of its own: all three branch tokens stand plus the bonus token.
     verdict = walk_tree([1, 2], [[11, 12], [10, 20, 30]], [1, 2, 10], [[0, 0], [20, 30, 40]])
     assert verdict == Verdict(2, 1, 3, 40)
 
@@ -61,9 +62,10 @@ def test_longest_matching_branch_wins():
 
 
 def test_shared_prefix_branches_read_one_node():
-    # Branches 0 and 1 share [10, 20]. The shared nodes are read from the first live branch (0) only;
-    # branch 1's own readings there (21, 30) would reject it at depth 1 if they were used. At depth 2 only
-    # branch 1 (31) matches branch 0's reading, and its own reading after that (60) is the bonus token.
+    # Branches 0 and 1 share [10, 20]. The shared nodes are read from the first live branch (0)
+    # only; branch 1's own readings there (21, 30) would reject it at depth 1 if they were used. At
+    # depth 2 only branch 1 (31) matches branch 0's reading, and its own reading after that (60) is
+    # the bonus token.
     trunk_tokens = [10]
     branches = [[10, 20, 30], [10, 20, 31]]
     branch_tokens = [[20, 31, 50], [21, 30, 60]]
@@ -77,7 +79,7 @@ def test_shared_node_reading_from_first_live_branch_not_first_branch():
     assert walk_tree([], branches, [10], branch_tokens) == Verdict(0, 2, 2, 80)
 
 
-# --- tree_layout -----------------------------------------------------------------------------------------
+# --- tree_layout ----------------------------------------------------------------------------------
 
 
 def test_tree_layout_positions_and_mask():
@@ -98,9 +100,8 @@ def test_tree_layout_positions_and_mask():
     for rows in ([3, 4], [5, 6, 7]):
         for j, row in enumerate(rows):
             expected[row, past : past + 3] = True  # the whole trunk
-            expected[row, past + rows[0] : past + row + 1] = (
-                True  # its own earlier tokens and itself
-            )
+            # its own earlier tokens and itself
+            expected[row, past + rows[0] : past + row + 1] = True
     assert torch.equal(allowed, expected)
 
 
@@ -126,14 +127,14 @@ def test_tree_layout_without_branches_is_causal():
     assert allowed[:, 0].all()
 
 
-# --- one tree forward == plain sequential forwards -------------------------------------------------------
+# --- one tree forward == plain sequential forwards ------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def tree_models(eos_id):
-    # float64: a tree forward multiplies other shapes than a plain one, so its sums run in another order; in
-    # float32 that alone moved a logit by 1.2e-5 on AVX-512 kernels. In float64 the order costs ~1e-15, so
-    # the 1e-5 tolerances below only ever see a wrong mask or position.
+    # float64: a tree forward multiplies other shapes than a plain one, so its sums run in another
+    # order; in float32 that alone moved a logit by 1.2e-5 on AVX-512 kernels. In float64 the order
+    # costs ~1e-15, so the 1e-5 tolerances below only ever see a wrong mask or position.
     return {
         (arch, attn): build_model(arch, eos_id, seed=7, attn=attn).double()
         for arch in ARCHITECTURES
@@ -171,7 +172,8 @@ def test_tree_logits_equal_sequential_forwards(tree_models, arch, attn):
         reference = plain_logits(model, prefix + trunk + branch)[len(prefix) + len(trunk) :]
         torch.testing.assert_close(logits[start : start + len(branch)], reference, **tol)
         start += len(branch)
-    # Sanity: the branches differ from each other, so equal logits are not a coincidence of the inputs.
+    # Sanity: the branches differ from each other, so equal logits are not a coincidence of the
+    # inputs.
     assert not torch.allclose(logits[1 + len(trunk)], logits[1 + len(trunk) + 2], atol=1e-2)
 
 
@@ -191,8 +193,9 @@ def test_tree_forward_without_cache_and_empty_trunk(tree_models, arch):
 
 
 def test_branch_attached_inside_the_trunk_takes_over_where_the_trunk_is_rejected():
-    # Trunk [5, 6]: the target keeps nothing (it says 7 first). Branch 0 hangs after the whole trunk and is
-    # dead; branch 1 starts at the root, begins with 7 and the target agrees with 7, 8, then says 4.
+    # Trunk [5, 6]: the target keeps nothing (it says 7 first). Branch 0 hangs after the whole trunk
+    # and is dead; branch 1 starts at the root, begins with 7 and the target agrees with 7, 8, then
+    # says 4.
     verdict = walk_tree([5, 6], [[6, 1], [7, 8, 9]], [7, 0, 0], [[0, 0], [8, 4, 0]], attach=[2, 0])
     assert verdict == Verdict(0, 1, 2, 4)
 
