@@ -111,7 +111,7 @@ def test_on_policy_figures_are_one_for_a_draft_that_is_its_target():
     """The overlap measure itself: a draft identical to the target guesses every token (1.0 greedy
     and sampled); a different draft does not."""
     from ouroboros_core import load_engine
-    from ouroboros_core.tools.pair_card import on_policy_figures
+    from ouroboros_core.tools.pair_figures import on_policy_figures
 
     engine = load_engine("demo", device="cpu")
     same = on_policy_figures(engine.target, engine.target, engine.tokenizer, stubs=2, new_tokens=8)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .corpus import EOS, load_corpus, train_tokenizer
-from .pair_card import heldout_figures
+from .pair_figures import heldout_figures
 
 
 @dataclass(frozen=True)
