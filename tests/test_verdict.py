@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-import ouroboros_core.engine as engine_module
+import ouroboros_core.decode as decode_module
 from conftest import build_model
 from ouroboros_core import Engine
 from ouroboros_core.verdict import explain, output_verdict, rounding_step, within_rounding
@@ -137,7 +137,7 @@ def test_a_broken_acceptance_rule_is_a_mismatch_even_in_16_bit(bf16_engine, eos_
     def accept_everything(trunk, branches, trunk_tokens, branch_tokens, attach=None):
         return Verdict(len(trunk), None, 0, trunk_tokens[len(trunk)])
 
-    monkeypatch.setattr(engine_module, "walk_tree", accept_everything)
+    monkeypatch.setattr(decode_module, "walk_tree", accept_everything)
     unrelated = build_model("llama", eos_id, seed=99, layers=1).to(torch.bfloat16)
     broken = Engine(bf16_engine.target, unrelated, bf16_engine.tokenizer)
     output = broken.generate(PROMPT, "speculative", 24, gamma=4).token_ids
