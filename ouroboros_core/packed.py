@@ -7,7 +7,8 @@ weight through MKL's sgemm, which repacks the weight for every call; for one row
 matrix-vector path that skips that, so a forward of 2 rows has cost 1.6 times one of 1 row, and the
 few rows a verification checks paid for most of what the draft saved. Packed once into oneDNN's
 blocked layout (`mkldnn._reorder_linear_weight`) and multiplied by `mkldnn._linear_pointwise`, the
-same weights serve 2 to 16 rows for little more than one (docs/BENCHMARKS.md, *Packed weights*).
+same weights serve 2 to 16 rows for little more than one (docs/BENCHMARKS.md, *Packed target
+weights and the draft's vocabulary*).
 
 The products are the same float32 products summed in another order: each layer is checked against
 `F.linear` when packed, and the engine's lossless tests compare its tokens with transformers' own
