@@ -1,7 +1,8 @@
-"""The launched demo for the end-to-end tests: `python app.py` on a free loopback port, one per session.
+"""The launched demo for the end-to-end tests: `python app.py` on a free loopback port, one per
+session.
 
-Both the API and the browser tests use the same process (started on first use, stopped when the session
-ends), so the model pair loads and warms up once.
+Both the API and the browser tests use the same process (started on first use, stopped when the
+session ends), so the model pair loads and warms up once.
 """
 
 from __future__ import annotations
@@ -22,12 +23,10 @@ import pytest
 from pace import scaled
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = (
-    ROOT / "tests" / "artifacts"
-)  # kept after the run: .ci/run prints their tails when a test fails
-START_TIMEOUT_S = (
-    300  # to the page on an idle machine, importing torch and gradio; stretched by the load
-)
+# kept after the run: .ci/run prints their tails when a test fails
+ARTIFACTS = ROOT / "tests" / "artifacts"
+# to the page on an idle machine, importing torch and gradio; stretched by the load
+START_TIMEOUT_S = 300
 
 
 def free_port() -> int:
@@ -40,7 +39,8 @@ class AppServer:
     _shared: AppServer | None = None
 
     def __init__(self, extra_env: dict | None = None):
-        """`python app.py` with the environment of the tests, plus extra_env (a Space's variables, say)."""
+        """`python app.py` with the environment of the tests, plus extra_env (a Space's variables,
+        say)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         ARTIFACTS.mkdir(exist_ok=True)
@@ -70,12 +70,14 @@ class AppServer:
                 raise
         elif cls._shared.process.poll() is not None:
             pytest.fail(
-                f"the app died earlier (exit {cls._shared.process.returncode}):\n{cls._shared.log_text()}"
+                f"the app died earlier (exit {cls._shared.process.returncode}):\n"
+                f"{cls._shared.log_text()}"
             )
         return cls._shared
 
     def client(self):
-        """A gradio_client Client with timeouts for a machine busy enough to stall the server for seconds."""
+        """A gradio_client Client with timeouts for a machine busy enough to stall the server for
+        seconds."""
         from gradio_client import Client
 
         return Client(self.url, verbose=False, httpx_kwargs={"timeout": 60})
@@ -84,13 +86,15 @@ class AppServer:
         return Path(self.log.name).read_text(errors="replace")[-6000:]
 
     def wait_ready(self) -> None:
-        """Until the page is served (the pair may still be loading behind it: a race waits for it)."""
+        """Until the page is served (the pair may still be loading behind it: a race waits for
+        it)."""
         limit = scaled(START_TIMEOUT_S)
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 pytest.fail(
-                    f"app.py exited with {self.process.returncode} before serving:\n{self.log_text()}"
+                    f"app.py exited with {self.process.returncode} before serving:\n"
+                    f"{self.log_text()}"
                 )
             try:
                 with urllib.request.urlopen(self.url, timeout=5) as response:
@@ -113,7 +117,8 @@ class AppServer:
 
 
 class RunningApp:
-    """An app someone else started: $OUROBOROS_APP_URL (handy against a deployed demo, or while iterating)."""
+    """An app someone else started: $OUROBOROS_APP_URL (handy against a deployed demo, or while
+    iterating)."""
 
     client = AppServer.client
 
@@ -123,8 +128,8 @@ class RunningApp:
 
 @functools.lru_cache
 def step_index(url: str, name: str) -> int:
-    """The number a queue request (its fn_index) gives the page's step whose function is `name`, from the app's
-    config at `url` (a Run's chain has several steps; the race is one of them)."""
+    """The number a queue request (its fn_index) gives the page's step whose function is `name`,
+    from the app's config at `url` (a Run's chain has several steps; the race is one of them)."""
     with urllib.request.urlopen(url.split("gradio_api/")[0] + "config", timeout=30) as response:
         steps = json.load(response)["dependencies"]
     return next(step["id"] for step in steps if step["api_name"] == name)

@@ -24,13 +24,14 @@ def ids(tokens):
 
 
 def ids_and_sources(tokens):
-    # Drafted tokens carry display text; committed ones carry output pieces, so compare ids and sources.
+    # Drafted tokens carry display text; committed ones carry output pieces, so compare ids and
+    # sources.
     return [(t.id, t.source) for t in tokens]
 
 
 def check_tree(step) -> None:
-    """The step's tree as the inspector shows it: the walked path is the trunk, or the trunk's accepted head
-    and the branch hanging there; what was accepted is that path's head."""
+    """The step's tree as the inspector shows it: the walked path is the trunk, or the trunk's
+    accepted head and the branch hanging there; what was accepted is that path's head."""
     assert 0 <= step.trunk_accepted <= len(step.trunk) and len(step.attach) == len(step.branches)
     assert all(0 <= at <= len(step.trunk) for at in step.attach)
     head = ids(step.trunk[: step.trunk_accepted])
@@ -93,7 +94,8 @@ def check_events(result, tokenizer, method: str, max_new_tokens: int) -> None:
     assert stats.tokens_per_forward == pytest.approx(len(output) / len(steps))
     assert stats.drafted_tokens == sum(len(step.drafted) for step in steps)
     assert stats.accepted_tokens == sum(len(step.accepted) for step in steps)
-    # Drafting and verifying are parts of the request's compute time, which may also count loop overhead.
+    # Drafting and verifying are parts of the request's compute time, which may also count loop
+    # overhead.
     assert stats.seconds >= stats.draft_seconds + stats.verify_seconds - 1e-9
     assert steps[-1].elapsed_s == pytest.approx(stats.seconds)
     assert [s.elapsed_s for s in steps] == sorted(s.elapsed_s for s in steps)

@@ -34,7 +34,8 @@ def save_tiny_pair(root: Path) -> Path:
 
 
 def lay_out_hub_cache(cache: Path, repo_id: str, folder: Path) -> None:
-    """The layout huggingface_hub writes: models--owner--name/{refs/main, snapshots/<commit>/...}."""
+    """The layout huggingface_hub writes: models--owner--name/{refs/main,
+    snapshots/<commit>/...}."""
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     (repo / "refs").mkdir(parents=True)

@@ -1,8 +1,8 @@
 """The launched app through its public API (/race), with the real gradio_client.
 
-The embedded pair will be replaced by a trained one, so nothing here depends on the generated text; only on
-behaviour: both lanes agree token for token, limits hold, bad input gets an error that names the problem,
-and the app keeps serving afterwards.
+The embedded pair will be replaced by a trained one, so nothing here depends on the generated text;
+only on behaviour: both lanes agree token for token, limits hold, bad input gets an error that names
+the problem, and the app keeps serving afterwards.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def assert_serving(client):
 
 
 def committed(steps: list[dict]) -> list[dict]:
-    """The tokens the steps committed, in order: each step's accepted drafts, then the target's own token."""
+    """The tokens the steps committed, in order: each step's accepted drafts, then the target's own
+    token."""
     return [
         t
         for step in steps
@@ -78,13 +79,15 @@ def test_race_returns_identical_lanes_with_stats(client):
     vanilla, ouroboros = result["vanilla"], result["ouroboros"]
     assert ouroboros["token_ids"] == vanilla["token_ids"]
     assert ouroboros["text"] == vanilla["text"]
-    # Vanilla is one forward per token and drafts nothing; Ouroboros never needs more forwards than that.
+    # Vanilla is one forward per token and drafts nothing; Ouroboros never needs more forwards than
+    # that.
     assert vanilla["stats"]["target_forwards"] == vanilla["stats"]["new_tokens"]
     assert vanilla["stats"]["tokens_per_forward"] == 1.0
     assert vanilla["stats"]["drafted_tokens"] == 0
     assert ouroboros["stats"]["target_forwards"] <= vanilla["stats"]["target_forwards"]
     assert ouroboros["stats"]["accepted_tokens"] <= ouroboros["stats"]["drafted_tokens"]
-    # Each lane's steps, accepted drafts then the target's own token, add up to exactly its token ids.
+    # Each lane's steps, accepted drafts then the target's own token, add up to exactly its token
+    # ids.
     for method, lane in result.items():
         steps = lane["steps"]
         assert [step["index"] for step in steps] == list(range(lane["stats"]["target_forwards"])), (
@@ -112,11 +115,8 @@ def test_race_respects_one_token(client):
         ("   \n\t ", 16, "prompt is empty"),
         (None, 16, "prompt is empty"),
         ("x" * 32001, 16, "32,000"),
-        (
-            "def f():\n" * 1000,
-            128,
-            "leaves room for 1,920",
-        ),  # fits the character cap, not the context
+        # fits the character cap, not the context
+        ("def f():\n" * 1000, 128, "leaves room for 1,920"),
         (CODE_PROMPT, 0, "max new tokens"),
         (CODE_PROMPT, -5, "max new tokens"),
         (CODE_PROMPT, 10**9, "max new tokens"),
@@ -150,7 +150,8 @@ def test_bad_input_gets_a_clear_error(client, prompt, max_new_tokens, expected):
 
 
 def test_prompt_longer_than_the_context_is_refused(client):
-    # Well under the character cap, but one token per CJK character overflows any small model's context.
+    # Well under the character cap, but one token per CJK character overflows any small model's
+    # context.
     prompt = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(7900))
     with pytest.raises(ValidationError) as error:
         race(client, prompt, 256)
@@ -160,9 +161,9 @@ def test_prompt_longer_than_the_context_is_refused(client):
 
 
 def test_cancelled_job_ends_its_race_and_leaves_the_app_serving(client, app_server):  # noqa: F811
-    # Cancel once the race streams: gradio_client can only tell the server which job to cancel once the server
-    # has named it (a cancel sent sooner, as a loaded machine made a fixed 0.3 s wait do, is lost in the
-    # client, and the race then ran all 512 tokens).
+    # Cancel once the race streams: gradio_client can only tell the server which job to cancel once
+    # the server has named it (a cancel sent sooner, as a loaded machine made a fixed 0.3 s wait do,
+    # is lost in the client, and the race then ran all 512 tokens).
     job = client.submit(CODE_PROMPT, 512, api_name="/race")
     deadline = time.monotonic() + 120
     while not job.outputs() and time.monotonic() < deadline:
@@ -255,8 +256,8 @@ def test_the_idle_app_uses_under_one_percent_of_a_core(app_server):  # noqa: F81
 
 
 def test_a_bad_call_is_refused_at_once_while_a_race_holds_the_device(client):
-    """Calls are checked when they arrive, not when the device frees: with a 128-token race running, an empty
-    prompt is refused within 2 s (stretched by the measured load), naming the parameter."""
+    """Calls are checked when they arrive, not when the device frees: with a 128-token race running,
+    an empty prompt is refused within 2 s (stretched by the measured load), naming the parameter."""
     from pace import scaled
 
     job = client.submit(CODE_PROMPT, 128, api_name="/race")

@@ -1,5 +1,6 @@
-"""The tree's attention (ouroboros_core/attention.py): torch's grouped SDPA in place of transformers' copied
-key/value heads gives the same outputs, and the engine's tokens stay the target's own."""
+"""The tree's attention (ouroboros_core/attention.py): torch's grouped SDPA in place of
+transformers' copied key/value heads gives the same outputs, and the engine's tokens stay the
+target's own."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Threads fitted to the machine as it is: the fastest count measured at start-up, one thread while another job
-holds cores, the chosen count tried again later; and a real neighbour pinned to our cores makes the fall."""
+"""Threads fitted to the machine as it is: the fastest count measured at start-up, one thread while
+another job holds cores, the chosen count tried again later; and a real neighbour pinned to our
+cores makes the fall."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Machine:
-    """A fake clock and CPU-time counter: each step takes `step_s` of wall time and gets `share` of the CPU
-    time its threads could use."""
+    """A fake clock and CPU-time counter: each step takes `step_s` of wall time and gets `share` of
+    the CPU time its threads could use."""
 
     def __init__(self):
         self.now = self.used = 0.0

@@ -1,4 +1,5 @@
-"""Cache surgery: after truncate or keep_span the cache must behave exactly like one built from the kept tokens."""
+"""Cache surgery: after truncate or keep_span the cache must behave exactly like one built from the
+kept tokens."""
 
 import pytest
 import torch

@@ -1,5 +1,6 @@
-"""Threads sized to the CPU the container may use: OUROBOROS_THREADS, else the cgroup quota capped by the cores
-seen, else the affinity set, else os.cpu_count(); cgroup files are laid out in tmp_path."""
+"""Threads sized to the CPU the container may use: OUROBOROS_THREADS, else the cgroup quota capped
+by the cores seen, else the affinity set, else os.cpu_count(); cgroup files are laid out in
+tmp_path."""
 
 from __future__ import annotations
 
@@ -30,11 +31,8 @@ def v1(quota: str, period: str = "100000", controller: str = "cpu") -> dict[str,
     [
         ("150000 100000\n", 4, ThreadChoice(1, "cgroup v2 cpu.max quota 150000/100000")),
         ("250000 100000\n", 8, ThreadChoice(2, "cgroup v2 cpu.max quota 250000/100000")),
-        (
-            "50000 100000\n",
-            4,
-            ThreadChoice(1, "cgroup v2 cpu.max quota 50000/100000"),
-        ),  # half a core still runs one
+        # half a core still runs one
+        ("50000 100000\n", 4, ThreadChoice(1, "cgroup v2 cpu.max quota 50000/100000")),
         ("max 100000\n", 3, ThreadChoice(3, "CPU affinity (3 cores)")),
     ],
 )
@@ -150,9 +148,8 @@ def test_the_v2_directories_run_innermost_first_and_never_climb_out_of_the_root(
     assert v2_cgroup_dirs(tmp_path, "0::/a/b\n") == [tmp_path / "a" / "b", tmp_path / "a", tmp_path]
     assert v2_cgroup_dirs(tmp_path, "0::/\n") == v2_cgroup_dirs(tmp_path, None) == [tmp_path]
     assert v2_cgroup_dirs(tmp_path, "0::/../../etc\n") == [tmp_path]
-    assert v2_cgroup_dirs(tmp_path, "4:memory:/x\n1:cpu:/y\n") == [
-        tmp_path
-    ]  # v1 lines name no v2 path
+    # v1 lines name no v2 path
+    assert v2_cgroup_dirs(tmp_path, "4:memory:/x\n1:cpu:/y\n") == [tmp_path]
 
 
 @pytest.mark.parametrize("override, expected", [("3", 3), (" 2\n", 2), ("1024", 1024)])

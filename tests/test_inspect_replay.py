@@ -1,5 +1,6 @@
-"""The step inspector and the replay as pure functions of recorded lanes: a hand-made tree, then every step of
-a real Ouroboros race on the embedded pair; replays rebuilt from events at their true relative timings."""
+"""The step inspector and the replay as pure functions of recorded lanes: a hand-made tree, then
+every step of a real Ouroboros race on the embedded pair; replays rebuilt from events at their true
+relative timings."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def tok(i, text, source):
 
 
 def hand_made_lane() -> Lane:
-    """One step: trunk a b c (draft, draft, pool); the target keeps a, then walks the prompt-lookup branch
-    hanging after a (x kept, y rejected) and adds its own z; a pool branch after the whole trunk is unwalked."""
+    """One step: trunk a b c (draft, draft, pool); the target keeps a, then walks the prompt-lookup
+    branch hanging after a (x kept, y rejected) and adds its own z; a pool branch after the whole
+    trunk is unwalked."""
     a, b, c = tok(1, "a", Source.DRAFT), tok(2, "b", Source.DRAFT), tok(3, "c", Source.POOL)
     x, y = tok(4, "x", Source.PROMPT), tok(5, "y", Source.PROMPT)
     q = tok(6, "q", Source.POOL)
@@ -65,17 +67,14 @@ def test_the_inspector_draws_the_tree_the_walk_and_the_timings():
         ("branch", "branch 2", "pool phrase", "the whole trunk"),
     ]
     assert chips(html, "kept") == ["a", "x", "a", "x"]  # trunk head; branch head; the walked path
-    assert chips(html, "rejected") == [
-        "b",
-        "c",
-        "y",
-        "y",
-    ]  # the trunk after its mismatch; the branch's tail
+    # the trunk after its mismatch; the branch's tail
+    assert chips(html, "rejected") == ["b", "c", "y", "y"]
     assert chips(html, "unwalked") == ["q"] and chips(html, "own") == ["z"]
 
 
 def test_a_branch_on_an_empty_trunk_follows_the_text_so_far():
-    """With nothing drafted (lookup alone proposed), the branch hangs after the text, not after a trunk."""
+    """With nothing drafted (lookup alone proposed), the branch hangs after the text, not after a
+    trunk."""
     x = tok(4, "x", Source.PROMPT)
     step = StepEvent(
         index=0,
@@ -108,7 +107,10 @@ def test_a_branch_on_an_empty_trunk_follows_the_text_so_far():
 @pytest.fixture(scope="module")
 def raced():
     engine = load_engine("demo", device="cpu")
-    prompt = "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n    def __repr__(self):\n"
+    prompt = (
+        "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n"
+        "    def __repr__(self):\n"
+    )
     lanes = None
     for lanes in race(engine, prompt, ["vanilla", "ouroboros"], 64):
         pass
@@ -129,15 +131,15 @@ def test_every_step_of_a_real_race_shows_what_landed(raced):
     assert len(lane.events[best - 1].committed) == max(
         len(event.committed) for event in lane.events
     )
-    assert step_html(lane, 10_000) == step_html(
-        lane, len(lane.events)
-    )  # out of range: the nearest step
+    # out of range: the nearest step
+    assert step_html(lane, 10_000) == step_html(lane, len(lane.events))
     assert "Run a race" in step_html(Lane("ouroboros"), 1)
 
 
 class FakeClock:
-    """Wall time that moves only when the replay waits or the viewer draws a frame, so the test measures the
-    replay's pace and not the machine's. It stands in for time.perf_counter, for sleep and for the stop Event."""
+    """Wall time that moves only when the replay waits or the viewer draws a frame, so the test
+    measures the replay's pace and not the machine's. It stands in for time.perf_counter, for sleep
+    and for the stop Event."""
 
     def __init__(self):
         self.now = 1000.0
@@ -159,14 +161,13 @@ class FakeClock:
 
 FRAME_S = 0.06
 DRAW_S = 0.01  # what the viewer spends rendering each frame, on the same clock
-TOLERANCE_S = (
-    FRAME_S  # each event shows within one frame of its recorded time / speed, early or late
-)
+# each event shows within one frame of its recorded time / speed, early or late
+TOLERANCE_S = FRAME_S
 
 
 def watch(lanes, speed, path, monkeypatch):
-    """Replay `lanes` on a fake clock: [(seconds since the replay began, method, event)] for each event the
-    moment it first shows, the frame times, and the time the replay ended."""
+    """Replay `lanes` on a fake clock: [(seconds since the replay began, method, event)] for each
+    event the moment it first shows, the frame times, and the time the replay ended."""
     clock = FakeClock()
     monkeypatch.setattr(
         replay_module,
@@ -198,8 +199,8 @@ def recorded_time(event) -> float:
 
 
 def timed_lanes() -> dict[str, Lane]:
-    """Two lanes with known timings spread over 0.6 s, far wider than a frame: a pace off by any sizeable
-    factor moves the late events by many frames."""
+    """Two lanes with known timings spread over 0.6 s, far wider than a frame: a pace off by any
+    sizeable factor moves the late events by many frames."""
     lanes = {}
     for method, times in {
         "vanilla": [0.05 * k for k in range(1, 13)],
@@ -235,9 +236,8 @@ def timed_lanes() -> dict[str, Lane]:
     return lanes
 
 
-@pytest.mark.parametrize(
-    "path", ["sleep", "stop"]
-)  # replay waits on `sleep`, or on the app's stop Event
+# replay waits on `sleep`, or on the app's stop Event
+@pytest.mark.parametrize("path", ["sleep", "stop"])
 @pytest.mark.parametrize("speed", list(SPEEDS.values()), ids=list(SPEEDS))
 def test_replay_keeps_the_recorded_pace_at_every_speed(speed, path, monkeypatch):
     lanes = timed_lanes()
@@ -245,15 +245,15 @@ def test_replay_keeps_the_recorded_pace_at_every_speed(speed, path, monkeypatch)
     expected = sorted(
         (recorded_time(e), m) for m, lane in lanes.items() for e in lane.events + [lane.done]
     )
-    assert (
-        sorted((recorded_time(e), m) for _, m, e in shown) == expected
-    )  # every event shown exactly once
+    # every event shown exactly once
+    assert sorted((recorded_time(e), m) for _, m, e in shown) == expected
     for at, method, event in shown:
         due = recorded_time(event) / speed
         # Both ways: not before its time (beyond the frame that gathers it), and not after it.
         assert abs(at - due) <= TOLERANCE_S + 1e-9, (
-            f"{method} event recorded at {recorded_time(event):.3f} s shown at {at:.3f} s of replay at speed "
-            f"{speed}: due at {due:.3f} s, {at / due if due else float('inf'):.2f}x its time"
+            f"{method} event recorded at {recorded_time(event):.3f} s shown at {at:.3f} s "
+            f"of replay at speed {speed}: due at {due:.3f} s, "
+            f"{at / due if due else float('inf'):.2f}x its time"
         )
     length = max(lane.done.stats.seconds for lane in lanes.values()) / speed
     assert length - TOLERANCE_S <= ended <= length + TOLERANCE_S + DRAW_S
@@ -276,9 +276,8 @@ def test_replay_rebuilds_the_race_at_its_true_relative_timings(raced, monkeypatc
     for method, lane in frame.items():
         assert [t.id for t in lane.committed] == list(raced[method].done.token_ids)
         assert lane.done == raced[method].done
-    shown, _, _ = watch(
-        raced, 0.5, "stop", monkeypatch
-    )  # the real race's timings keep their pace too
+    # the real race's timings keep their pace too
+    shown, _, _ = watch(raced, 0.5, "stop", monkeypatch)
     for at, _, event in shown:
         assert abs(at - recorded_time(event) / 0.5) <= TOLERANCE_S + 1e-9
 
@@ -311,8 +310,8 @@ def test_stats_survive_the_round_trip():
 
 
 def test_fit_to_ten_seconds_plays_any_race_in_ten_seconds(monkeypatch):
-    """The page's first replay choice: whatever the race's length, the replay lasts FIT_S seconds at its true
-    relative timings (the other choices keep their fixed speeds)."""
+    """The page's first replay choice: whatever the race's length, the replay lasts FIT_S seconds at
+    its true relative timings (the other choices keep their fixed speeds)."""
     lanes = timed_lanes()
     length = max(lane.done.stats.seconds for lane in lanes.values())
     speed = speed_for(CHOICES[0], lanes)

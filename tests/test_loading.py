@@ -106,8 +106,8 @@ def test_a_failed_load_gives_one_sentence_to_the_page_and_the_detail_to_the_log(
             LoadError(
                 "meta-llama/Llama-3.1-8B is gated: accept its licence on the Hub and set HF_TOKEN"
             ),
-            "The model pair could not be loaded: meta-llama/Llama-3.1-8B is gated: accept its licence on "
-            "the Hub and set HF_TOKEN.",
+            "The model pair could not be loaded: meta-llama/Llama-3.1-8B is gated: "
+            "accept its licence on the Hub and set HF_TOKEN.",
         ),
         (
             MemoryError(),

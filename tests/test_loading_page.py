@@ -1,6 +1,7 @@
-"""The page while the pair loads, in Chromium: `python app.py` serves at once, shows each stage of loading a pair
-from a Hub cache laid out here (huggingface_hub's real offline path, slowed by tests/slow_load), lets Run wait,
-then races; and a pair that cannot load gives its sentence on the page while the server goes on answering."""
+"""The page while the pair loads, in Chromium: `python app.py` serves at once, shows each stage of
+loading a pair from a Hub cache laid out here (huggingface_hub's real offline path, slowed by
+tests/slow_load), lets Run wait, then races; and a pair that cannot load gives its sentence on the
+page while the server goes on answering."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from test_browser import CODE_PROMPT, browser, finished_badge, open_context, ope
 
 sync_api = pytest.importorskip("playwright.sync_api")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-DELAY_S = 4.0  # per fetch and per model load: long enough to see each stage from a 0.5 s poll on a busy machine
+# per fetch and per model load: long enough to see each stage from a 0.5 s poll on a busy machine
+DELAY_S = 4.0
 
 
 def started(extra_env: dict) -> AppServer:
@@ -49,7 +51,8 @@ def slow_hub_app(tmp_path_factory):
 
 
 def seen_stages(page, until: str, timeout_s: float) -> list[str]:
-    """The load status's texts as the page shows them, polled until one holds `until` or it disappears."""
+    """The load status's texts as the page shows them, polled until one holds `until` or it
+    disappears."""
     seen, deadline = [], time.monotonic() + timeout_s
     status = page.locator("#load-status")
     while time.monotonic() < deadline:
@@ -76,18 +79,16 @@ def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, s
         ), downloading
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "loading.png"))
-        start_race(
-            page, CODE_PROMPT, 16
-        )  # pressed while the pair still loads: the race waits for it
+        # pressed while the pair still loads: the race waits for it
+        start_race(page, CODE_PROMPT, 16)
         loading = seen_stages(page, "Loading the draft", 60)
         assert any(
             "Loading the target onto cpu in float32" in text for text in downloading + loading
         ), loading
         sync_api.expect(page.locator("#badge")).to_contain_text("Getting the model pair ready")
         assert finished_badge(page).startswith("Identical outputs: 16 tokens")
-        sync_api.expect(page.locator("#load-status")).to_have_text(
-            ""
-        )  # gone once the pair is ready
+        # gone once the pair is ready
+        sync_api.expect(page.locator("#load-status")).to_have_text("")
         sync_api.expect(page.locator("#pair")).to_contain_text("Running on cpu in float32")
         assert time.monotonic() - served > 3 * DELAY_S  # the race waited for the whole load
         assert page.errors == []
@@ -118,8 +119,8 @@ def test_a_pair_that_cannot_load_says_what_to_set_and_the_server_keeps_serving(
     browser, failing_app
 ):  # noqa: F811
     sentence = (
-        "The model pair could not be loaded: OUROBOROS_PRESET='qwen-coder-7' is not a preset: set it to one "
-        "of smollm2, demo, qwen-coder-7b"
+        "The model pair could not be loaded: OUROBOROS_PRESET='qwen-coder-7' is not a preset: "
+        "set it to one of smollm2, demo, qwen-coder-7b"
     )
     context = open_context(browser, 1400, 900)
     try:
@@ -138,6 +139,5 @@ def test_a_pair_that_cannot_load_says_what_to_set_and_the_server_keeps_serving(
     assert failing_app.process.poll() is None
     log = failing_app.log_text()
     assert "model pair failed to load: " + sentence in log and "Traceback" not in log
-    assert (
-        "torch threads: 1 (OUROBOROS_THREADS)" in log
-    )  # the start-up line says the count and its source
+    # the start-up line says the count and its source
+    assert "torch threads: 1 (OUROBOROS_THREADS)" in log

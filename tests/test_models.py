@@ -1,4 +1,5 @@
-"""Loading pairs: local folders, Hub ids from a cache laid out here (no network), presets, and errors."""
+"""Loading pairs: local folders, Hub ids from a cache laid out here (no network), presets, and
+errors."""
 
 import json
 import os
@@ -161,8 +162,9 @@ def test_corpus_is_library_code_without_test_suites():
 
 
 def test_trained_tokenizer_keeps_newlines_apart_from_indentation():
-    # A prompt ending in a bare newline (every HumanEval stub) must tokenise the way the corpus did: if the
-    # tokenizer fused "\n" with the next line's spaces, a bare "\n" would only ever precede column-0 code.
+    # A prompt ending in a bare newline (every HumanEval stub) must tokenise the way the corpus did:
+    # if the tokenizer fused "\n" with the next line's spaces, a bare "\n" would only ever precede
+    # column-0 code.
     tokenizer = train_tokenizer(load_corpus(max_chars=300_000), 512)
     text = 'def f(x):\n    """Doc."""\n    if x:\n        return x\n\n    return 0\n'
     ids = tokenizer(text)["input_ids"]
@@ -189,9 +191,8 @@ def test_a_preset_names_its_dtype_and_a_bad_dtype_is_a_clear_error(monkeypatch):
         lambda dtype, device: asked.append(dtype) or real(dtype, device),
     )
     assert load_engine("demo").target.dtype == torch.float32
-    assert (
-        load_engine("demo", dtype="bfloat16").target.dtype == torch.bfloat16
-    )  # an explicit choice overrides the preset
+    # an explicit choice overrides the preset
+    assert load_engine("demo", dtype="bfloat16").target.dtype == torch.bfloat16
     assert asked == ["float32", "bfloat16"], (
         "the embedded pair is float32 on every device, CUDA included"
     )

@@ -1,4 +1,5 @@
-"""The target's packed linear layers: the model's own logits and tokens, its stock layers back on request."""
+"""The target's packed linear layers: the model's own logits and tokens, its stock layers back on
+request."""
 
 from __future__ import annotations
 
@@ -29,9 +30,8 @@ def test_packed_layers_give_the_models_logits_and_come_off(kind):
     with torch.no_grad():
         expected = model(input_ids=ids).logits
         assert pack_linears(model, min_parameters=0) == stock > 0
-        assert (
-            linear_count(model) == 0 and list(model.state_dict()) == keys
-        )  # same weights, same names
+        # same weights, same names
+        assert linear_count(model) == 0 and list(model.state_dict()) == keys
         assert pack_linears(model, min_parameters=0) == stock  # a second call packs nothing twice
         twin = copy.deepcopy(model)  # as a user's or a test's copy of the target
         assert torch.equal(twin(input_ids=ids).logits, model(input_ids=ids).logits)
@@ -89,15 +89,15 @@ def test_a_packed_model_moved_or_changed_after_packing_multiplies_by_its_own_wei
 
 def test_only_a_float32_cpu_model_big_enough_to_gain_is_packed():
     model = build_model("llama", 0, seed=13, attn="sdpa")
-    assert (
-        pack_linears(model) == 0 and linear_count(model) > 0
-    )  # tiny: its weights stay in the caches
+    # tiny: its weights stay in the caches
+    assert pack_linears(model) == 0 and linear_count(model) > 0
     model = model.to(torch.bfloat16)
     assert pack_linears(model, min_parameters=0) == 0 and linear_count(model) > 0
 
 
 def test_a_layer_whose_packed_product_is_wrong_is_never_used(monkeypatch):
-    """The check at packing compares each layer with F.linear: a kernel that got it wrong leaves the model as is."""
+    """The check at packing compares each layer with F.linear: a kernel that got it wrong leaves the
+    model as is."""
     model = build_model("llama", 0, seed=14, attn="sdpa")
     stock = linear_count(model)
     monkeypatch.setattr(

@@ -1,6 +1,7 @@
-"""Real pairs come in shapes the embedded one does not have; each is laid out here as folders and loaded the
-way a Hub pair is: a target whose vocabulary is padded past its draft's (Qwen2.5), llama3 rope scaling
-(Llama 3.x), a draft that ties its embeddings. Every method must stay token-identical to generate()."""
+"""Real pairs come in shapes the embedded one does not have; each is laid out here as folders and
+loaded the way a Hub pair is: a target whose vocabulary is padded past its draft's (Qwen2.5), llama3
+rope scaling (Llama 3.x), a draft that ties its embeddings. Every method must stay token-identical
+to generate()."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def common(tokenizer, layers: int, **extra):
 
 
 def qwen_padded(tokenizer, root: Path) -> tuple[str, str]:
-    # Qwen2.5-7B pads its embedding matrix to 152,064 rows; its 0.5B draft has 151,936: same tokenizer.
+    # Qwen2.5-7B pads its embedding matrix to 152,064 rows; its 0.5B draft has 151,936: same
+    # tokenizer.
     eos = tokenizer.convert_tokens_to_ids(EOS)
     torch.manual_seed(0)
     target = Qwen2ForCausalLM(
@@ -65,7 +67,8 @@ def qwen_padded(tokenizer, root: Path) -> tuple[str, str]:
 
 
 def draft_padded(tokenizer, root: Path) -> tuple[str, str]:
-    # The other way round: the draft's rows outnumber the target's, so it can draft a token the target lacks.
+    # The other way round: the draft's rows outnumber the target's, so it can draft a token the
+    # target lacks.
     eos = tokenizer.convert_tokens_to_ids(EOS)
     torch.manual_seed(2)
     target = Qwen2ForCausalLM(
@@ -151,8 +154,9 @@ def test_pair_shape_loads_and_stays_lossless(small_tokenizer, tmp_path, shape):
     "shape", [qwen_padded, draft_padded], ids=["padded-target-vocab", "padded-draft-vocab"]
 )
 def test_tokens_only_one_model_knows_never_reach_the_other(small_tokenizer, tmp_path, shape):
-    # Long answers with one warm pool: the target's tokens over rejected tails and the text so far enter the
-    # pool, and the draft's guesses the trunk; none may be fed to a model without an embedding for it.
+    # Long answers with one warm pool: the target's tokens over rejected tails and the text so far
+    # enter the pool, and the draft's guesses the trunk; none may be fed to a model without an
+    # embedding for it.
     engine = load_engine(*shape(small_tokenizer, tmp_path), "cpu")
     pool = engine.new_pool()
     prompts = [

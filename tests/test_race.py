@@ -1,4 +1,5 @@
-"""The fair race: lanes interleave by their own clocks and end with the same output as running alone."""
+"""The fair race: lanes interleave by their own clocks and end with the same output as running
+alone."""
 
 import threading
 
@@ -24,7 +25,8 @@ def test_race_advances_the_lane_behind_and_matches_solo_runs(engine):
         seen.append(
             {m: (lane.clock_s, lane.steps, lane.done is not None) for m, lane in lanes.items()}
         )
-    # Each update advanced exactly one lane, and it was one with the smallest clock among running lanes.
+    # Each update advanced exactly one lane, and it was one with the smallest clock among running
+    # lanes.
     for before, after in zip(seen, seen[1:]):
         moved = [m for m in methods if after[m][1] != before[m][1] or after[m][2] != before[m][2]]
         assert len(moved) == 1

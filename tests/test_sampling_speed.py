@@ -1,12 +1,13 @@
-"""Sampled drafting's speed, pinned as test_examples pins greedy's: tokens per target forward (counted, no clock)
-of speculative and Ouroboros on the embedded pair, on fixed prompts and seeds at two temperatures.
+"""Sampled drafting's speed, pinned as test_examples pins greedy's: tokens per target forward
+(counted, no clock) of speculative and Ouroboros on the embedded pair, on fixed prompts and seeds at
+two temperatures.
 
-A sampled lane stays identical to vanilla's whatever the draft guesses, so a drafting change that guesses the
-target's sample worse (the wrong temperature, noise keyed to the wrong position) fails no lossless test: it
-only costs forwards, and this is where that shows. Measured: a draft guessing without the temperature costs
-Ouroboros 8% at 0.8 and 31% at 0.3 (speculative 6% and 36%); speculative's guess keyed one position back costs
-it 30% at 0.8 and 10% at 0.3. A few percent of slack leaves room for a rounding that lands one token the other
-way on another CPU.
+A sampled lane stays identical to vanilla's whatever the draft guesses, so a drafting change that
+guesses the target's sample worse (the wrong temperature, noise keyed to the wrong position) fails
+no lossless test: it only costs forwards, and this is where that shows. Measured: a draft guessing
+without the temperature costs Ouroboros 8% at 0.8 and 31% at 0.3 (speculative 6% and 36%);
+speculative's guess keyed one position back costs it 30% at 0.8 and 10% at 0.3. A few percent of
+slack leaves room for a rounding that lands one token the other way on another CPU.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ PROMPTS = [
 SEEDS = (1, 2)
 NEW_TOKENS = 48
 TOP_P = 0.95
-# Tokens per target forward over the 6 requests of each case (288 new tokens), measured on the embedded pair.
+# Tokens per target forward over the 6 requests of each case (288 new tokens), measured on the
+# embedded pair.
 MEASURED = {
     ("speculative", 0.8): 2.796,  # 288 tokens in 103 forwards
     ("ouroboros", 0.8): 3.236,  # in 89

@@ -1,8 +1,9 @@
-"""The load and soak script, at the issue's scale with short answers: it starts its own app on loopback.
+"""The load and soak script, at the issue's scale with short answers: it starts its own app on
+loopback.
 
-8 clients x 5 requests at once, 100 requests in a row, and a queue flooded past its size; the script checks
-completion, outputs identical to each prompt run alone, queue order, memory and the busy message itself, and
-this test checks that it says so and that its figures add up.
+8 clients x 5 requests at once, 100 requests in a row, and a queue flooded past its size; the script
+checks completion, outputs identical to each prompt run alone, queue order, memory and the busy
+message itself, and this test checks that it says so and that its figures add up.
 """
 
 from __future__ import annotations

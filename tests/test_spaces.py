@@ -193,8 +193,8 @@ def test_a_tight_fit_is_a_warning_and_paid_hardware_says_it_bills(paths):
         space.plan_checks(qwen, "t4-small", paths)
         .refusals[0]
         .startswith(
-            "the pair cannot fit: about 16.2 GB of weights in bfloat16, over t4-small's 16 GB of GPU "
-            "memory"
+            "the pair cannot fit: about 16.2 GB of weights in bfloat16, "
+            "over t4-small's 16 GB of GPU memory"
         )
     )
     bf16 = space.plan_checks({**qwen, "OUROBOROS_DTYPE": "bfloat16"}, "cpu-upgrade", paths)

@@ -1,5 +1,5 @@
-"""The speedup theory the benchmark and the app print beside measured figures: checked against closed forms
-and against a simulated speculative decoder whose per-token acceptance is known."""
+"""The speedup theory the benchmark and the app print beside measured figures: checked against
+closed forms and against a simulated speculative decoder whose per-token acceptance is known."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from ouroboros_core.theory import (
 
 
 def test_closed_forms():
-    assert (
-        expected_tokens_per_forward(0.0, 4) == 1.0
-    )  # nothing accepted: the target's own token only
+    # nothing accepted: the target's own token only
+    assert expected_tokens_per_forward(0.0, 4) == 1.0
     assert expected_tokens_per_forward(1.0, 4) == 5.0  # everything accepted: gamma drafts plus one
     assert expected_tokens_per_forward(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
     assert expected_speedup(0.5, 2, 0.0) == pytest.approx(1.75)  # free drafts: tokens per forward
@@ -27,8 +26,9 @@ def test_closed_forms():
 
 
 def simulate(rate: float, gamma: int, steps: int, seed: int = 0) -> tuple[int, int, int, int]:
-    """A speculative decoder whose drafts each stand with chance `rate`: (accepted, drafted, rejected steps,
-    tokens), counted the way the engine counts them (drafted: the whole trunk, judged or not)."""
+    """A speculative decoder whose drafts each stand with chance `rate`: (accepted, drafted,
+    rejected steps, tokens), counted the way the engine counts them (drafted: the whole trunk,
+    judged or not)."""
     rng = random.Random(seed)
     accepted = rejected_steps = tokens = 0
     for _ in range(steps):
@@ -78,5 +78,6 @@ def test_the_engine_counts_each_rejecting_step_once(make_engine, method):
         "the noisy draft should be rejected in some steps, not all"
     )
     assert result.stats.rejected_steps == rejecting
-    # Tokens drafted after a rejection are never judged: counting them (accepted over drafted) reads lower.
+    # Tokens drafted after a rejection are never judged: counting them (accepted over drafted) reads
+    # lower.
     assert result.stats.per_token_acceptance > result.stats.acceptance_rate

@@ -1,6 +1,6 @@
-"""The one verdict for "same output": identical, a float tie (16-bit only), or a mismatch. Ties are made on
-purpose (two tokens with the same output row score exactly the same) and real mismatches come from a wrong
-token or a broken acceptance rule; a float32 run is never called a tie."""
+"""The one verdict for "same output": identical, a float tie (16-bit only), or a mismatch. Ties are
+made on purpose (two tokens with the same output row score exactly the same) and real mismatches
+come from a wrong token or a broken acceptance rule; a float32 run is never called a tie."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ PROMPT = "def add(a, b):\n    return a + b\n"
 
 
 def test_rounding_step_is_one_unit_in_the_last_place():
-    assert (
-        rounding_step(torch.bfloat16, 5.0) == 0.03125
-    )  # the gap measured at GPU ties, logits in [4, 8)
+    # the gap measured at GPU ties, logits in [4, 8)
+    assert rounding_step(torch.bfloat16, 5.0) == 0.03125
     assert rounding_step(torch.bfloat16, 1.0) == 2**-7
     assert rounding_step(torch.float16, 5.0) == 2**-8
     assert rounding_step(torch.float32, 5.0) == pytest.approx(4 * 2**-23)
@@ -42,9 +41,9 @@ def test_the_tie_rule_holds_at_two_rounding_steps_and_not_at_three():
 
 
 def twin_model(eos_id, tokenizer, dtype):
-    """A tiny target whose output rows for its greedy token at `position` and for one other token are equal,
-    so the two score exactly the same there: a tie, made on purpose. Returns (model, prompt ids, greedy ids,
-    position, twin)."""
+    """A tiny target whose output rows for its greedy token at `position` and for one other token
+    are equal, so the two score exactly the same there: a tie, made on purpose. Returns (model,
+    prompt ids, greedy ids, position, twin)."""
     model = build_model("llama", eos_id, seed=3)
     prompt_ids = tokenizer(PROMPT)["input_ids"]
     position = 5
@@ -127,7 +126,8 @@ def test_16_bit_drafting_departs_only_at_float_ties(bf16_engine):
         for method in ("speculative", "ouroboros"):
             output = bf16_engine.generate(prompt, method, 40, gamma=4).token_ids
             verdict = bf16_engine.verdict(prompt, vanilla, output)
-            # Whether a tie falls the other way here depends on rounding; a mismatch never may occur.
+            # Whether a tie falls the other way here depends on rounding; a mismatch never may
+            # occur.
             assert verdict.kind in ("identical", "float tie"), (prompt, method, verdict)
 
 
@@ -146,9 +146,9 @@ def test_a_broken_acceptance_rule_is_a_mismatch_even_in_16_bit(bf16_engine, eos_
 
 
 def test_the_apps_race_in_bfloat16_names_its_verdict(monkeypatch):
-    # The app as a host would run it with OUROBOROS_DTYPE=bfloat16 on this CPU. HumanEval/3's stub parts at a
-    # one-step bfloat16 tie on the AVX-512 machine this was written on; elsewhere it may stay identical.
-    # Either way the last message names it, and a mismatch never appears.
+    # The app as a host would run it with OUROBOROS_DTYPE=bfloat16 on this CPU. HumanEval/3's stub
+    # parts at a one-step bfloat16 tie on the AVX-512 machine this was written on; elsewhere it may
+    # stay identical. Either way the last message names it, and a mismatch never appears.
     import importlib
     import sys
 
@@ -172,6 +172,5 @@ def test_the_apps_race_in_bfloat16_names_its_verdict(monkeypatch):
         at = verdict["first_difference"]
         assert ouroboros["token_ids"][:at] == vanilla["token_ids"][:at]
         assert ouroboros["token_ids"][at] != vanilla["token_ids"][at]
-        assert (
-            0.0 <= verdict["margin"] <= 2 * rounding_step(torch.bfloat16, 16.0)
-        )  # two steps, the tie rule's
+        # two steps, the tie rule's
+        assert 0.0 <= verdict["margin"] <= 2 * rounding_step(torch.bfloat16, 16.0)

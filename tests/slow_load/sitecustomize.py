@@ -1,7 +1,8 @@
 """Imported at start-up by a Python whose PYTHONPATH holds this folder: the loading tests' app. With
-OUROBOROS_TEST_LOAD_DELAY_S set, every Hub fetch moves its progress bars through the files one by one and every
-model load sleeps that long first, so a browser can watch each stage of the loading go by. The rest of the
-loading is the app's own: huggingface_hub's real cache lookup, transformers' real load."""
+OUROBOROS_TEST_LOAD_DELAY_S set, every Hub fetch moves its progress bars through the files one by
+one and every model load sleeps that long first, so a browser can watch each stage of the loading go
+by. The rest of the loading is the app's own: huggingface_hub's real cache lookup, transformers'
+real load."""
 
 import os
 import time
