@@ -1,8 +1,8 @@
-"""The race where the viewer looks, and limits said before they bite, in Chromium at a laptop's 1400x900 and a
-phone's 390x844: Run brings the lanes into view at once and the badge is in view when the race ends; on a phone
-the lanes stay side by side; a pasted 20,000 characters, a bad seed or step gets the app's own sentence beside
-it (nothing cut, no toast, no traceback in the server's log); a drawn seed is shown; the page's forward counts
-are the lanes' own."""
+"""The race where the viewer looks, and limits said before they bite, in Chromium at a laptop's
+1400x900 and a phone's 390x844: Run brings the lanes into view at once and the badge is in view when
+the race ends; on a phone the lanes stay side by side; a pasted 20,000 characters, a bad seed or
+step gets the app's own sentence beside it (nothing cut, no toast, no traceback in the server's
+log); a drawn seed is shown; the page's forward counts are the lanes' own."""
 
 from __future__ import annotations
 
@@ -13,14 +13,13 @@ import pytest
 from app_server import app_server  # noqa: F401  (the fixture)
 from test_browser import (
     CODE_PROMPT,
-    browser,
     finished_badge,
     open_context,
-    page,
-    set_slider,  # noqa: F401
+    set_slider,
     start_race,
     sync_api,
 )
+from test_browser import browser, page  # noqa: F401  (the fixtures)
 from test_clicks import log_length, whole_log
 from test_showcase import context, size  # noqa: F401  (the two sizes: a laptop's and a phone's)
 
@@ -45,7 +44,8 @@ def no_traceback_since(app_server, since: int) -> None:  # noqa: F811
 
 
 def laptop_only(size: str) -> None:
-    """Answers that do not depend on the screen run once, at the laptop's size (CI's time is finite)."""
+    """Answers that do not depend on the screen run once, at the laptop's size (CI's time is
+    finite)."""
     if size != "laptop":
         pytest.skip("the same answer at both sizes; checked at the laptop's")
 
@@ -102,20 +102,17 @@ def test_a_refused_run_shows_its_message_not_the_empty_lanes(page, size):
 
 def test_a_20000_character_paste_is_kept_whole_and_refused_in_tokens(page, size, app_server):  # noqa: F811
     since = log_length(app_server)
-    typed = page.get_by_label(
-        "number input for Max new tokens"
-    )  # a 0 typed in a slider's box: no traceback
+    # a 0 typed in a slider's box: no traceback
+    typed = page.get_by_label("number input for Max new tokens")
     typed.fill("0")
     typed.press("Enter")
-    pasted = (
-        "def f(x):\n    return x\n" * 870
-    )  # 20,010 characters, well past the model's 2,048 tokens
+    # 20,010 characters, well past the model's 2,048 tokens
+    pasted = "def f(x):\n    return x\n" * 870
     page.locator("#prompt textarea").fill(pasted)
     assert page.locator("#prompt textarea").input_value() == pasted  # nothing cut, typed or pasted
     room = page.locator("#prompt-room")
-    sync_api.expect(room).to_contain_text(
-        "the model can read with 0 new tokens — too long"
-    )  # the 0 stands as typed
+    # the 0 stands as typed
+    sync_api.expect(room).to_contain_text("the model can read with 0 new tokens — too long")
     set_slider(page, "Max new tokens", 128)
     sync_api.expect(room).to_contain_text(
         "of the 1,920 tokens the model can read with 128 new tokens"
@@ -201,9 +198,8 @@ def test_the_page_forward_counts_are_the_lanes_target_forwards(page, size, app_s
     start_race(page, CODE_PROMPT, 48)
     finished_badge(page)
     cells = page.locator("#summary td[data-label='target forwards']").all_inner_texts()
-    result = app_server.client().predict(
-        CODE_PROMPT, 48, api_name="/race"
-    )  # the same greedy race, cold pool
+    # the same greedy race, cold pool
+    result = app_server.client().predict(CODE_PROMPT, 48, api_name="/race")
     assert [int(cell) for cell in cells] == [
         result[m]["stats"]["target_forwards"] for m in ("vanilla", "ouroboros")
     ]
@@ -215,9 +211,9 @@ def test_the_page_forward_counts_are_the_lanes_target_forwards(page, size, app_s
 def test_run_says_when_it_waits_for_the_device_and_its_place_then_that_it_races(
     browser, size, app_server
 ):  # noqa: F811
-    """Two visitors: the first one's page says its race is racing; while that long race holds the device, the
-    second one's Run says it waits, with its place in the queue (Gradio's own tracker, beside the legend where Run
-    scrolled to), and its race runs once the first is stopped."""
+    """Two visitors: the first one's page says its race is racing; while that long race holds the
+    device, the second one's Run says it waits, with its place in the queue (Gradio's own tracker,
+    beside the legend where Run scrolled to), and its race runs once the first is stopped."""
     laptop_only(size)
     from test_browser import open_page
 

@@ -1,6 +1,7 @@
-"""Small faults of the page, in Chromium against the launched app: Replay is off from the moment Run is pressed
-until that race is over; the legend names only the sources a race can show; a token count out of range is
-refused with the API's own sentence, never clamped; on a phone the two settings panels stack."""
+"""Small faults of the page, in Chromium against the launched app: Replay is off from the moment Run
+is pressed until that race is over; the legend names only the sources a race can show; a token count
+out of range is refused with the API's own sentence, never clamped; on a phone the two settings
+panels stack."""
 
 from __future__ import annotations
 
@@ -13,27 +14,27 @@ from app_server import app_server  # noqa: F401  (the fixture)
 from pace import scaled
 from test_browser import (
     CODE_PROMPT,
-    browser,
-    context,
     finished_badge,
     open_context,
     open_page,
-    page,  # noqa: F401
     set_slider,
     start_race,
     sync_api,
 )
+from test_browser import browser, context, page  # noqa: F401  (the fixtures)
 from test_clicks import log_length, races_logged
 
 BUSY = {"PROCESSING", "ITERATING", "PROGRESS"}  # a job that holds the device
-# Where the Ouroboros parameters, the sampling panel and the row that holds them stand, read in one go.
+# Where the Ouroboros parameters, the sampling panel and the row that holds them stand, read in one
+# go.
 PANELS = """() => ['#knobs', '#sampling', '#settings'].map(selector => {
   const r = document.querySelector(selector).getBoundingClientRect();
   return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: r.width}; })"""
 
 
 def hold_the_device(app_server):  # noqa: F811
-    """A long API race that holds the device (cancel it to let the next race start), once it has started."""
+    """A long API race that holds the device (cancel it to let the next race start), once it has
+    started."""
     job = app_server.client().submit(CODE_PROMPT, 512, api_name="/race")
     deadline = time.monotonic() + 60
     while job.status().code.name not in BUSY:
@@ -50,8 +51,8 @@ def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, 
     busy = hold_the_device(app_server)
     try:
         page.locator("#run").click()
-        # While the race still waits for the device (Gradio's tracker shows its place), Replay is already off:
-        # a Replay pressed now would stop the race before it began.
+        # While the race still waits for the device (Gradio's tracker shows its place), Replay is
+        # already off: a Replay pressed now would stop the race before it began.
         sync_api.expect(page.locator("#race-status .progress-text")).to_be_visible()
         assert replay.is_disabled(), "Replay is still enabled while the new race waits in the queue"
         assert page.locator("#lane-ouroboros .cursor").count() == 0, (
@@ -70,8 +71,9 @@ def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, 
 
 
 def loaded(page) -> None:
-    """Until the page's load has set what depends on the pair (its knobs, its legend): while the pair loads, a
-    tick every half second sends the prompt and the token count again, which clears a message beside them."""
+    """Until the page's load has set what depends on the pair (its knobs, its legend): while the
+    pair loads, a tick every half second sends the prompt and the token count again, which clears a
+    message beside them."""
     sync_api.expect(page.locator("#prompt-room")).to_contain_text("the model can read")
 
 
@@ -80,17 +82,16 @@ def legend(page) -> str:
 
 
 def test_the_legend_names_only_the_sources_the_race_can_show(page):
-    loaded(
-        page
-    )  # the knobs and the legend at the pair's settings: a knob moved before would be set back
-    # The tiny pair verifies one pool phrase per step and has no lookahead window: the pool is in play, rarely.
+    # the knobs and the legend at the pair's settings: a knob moved before would be set back
+    loaded(page)
+    # The tiny pair verifies one pool phrase per step and has no lookahead window: the pool is in
+    # play, rarely.
     sync_api.expect(page.locator(".legend")).to_contain_text(
         "pool phrase (rare", timeout=scaled(30) * 1000
     )
     page.get_by_text("Ouroboros parameters").click()
-    set_slider(
-        page, "branches k", 0
-    )  # the default pair's setting (with no draft candidates): no pool read
+    # the default pair's setting (with no draft candidates): no pool read
+    set_slider(page, "branches k", 0)
     start_race(page, CODE_PROMPT, 8)
     finished_badge(page)
     assert "pool phrase" not in legend(page) and page.locator(".legend .tok-pool").count() == 0, (
@@ -117,9 +118,8 @@ def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_serv
         sync_api.expect(page.locator("#max-new")).to_contain_text(
             sentence, timeout=scaled(30) * 1000
         )
-        assert (
-            box.input_value() == typed
-        )  # what was typed stands, beside the sentence that refuses it
+        # what was typed stands, beside the sentence that refuses it
+        assert box.input_value() == typed
     page.wait_for_timeout(500)
     assert page.locator("#badge .badge").count() == 0 and races_logged(app_server, since) == []
     set_slider(page, "Max new tokens", 8)  # a count in range runs, and the sentence goes

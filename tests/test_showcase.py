@@ -1,5 +1,6 @@
-"""The showcase in headless Chromium, at a laptop's 1400x900 and a phone's 390x844: what a first-time viewer
-sees, lanes that follow their text, replay, the step inspector, sampling, the phone layout and the chart."""
+"""The showcase in headless Chromium, at a laptop's 1400x900 and a phone's 390x844: what a
+first-time viewer sees, lanes that follow their text, replay, the step inspector, sampling, the
+phone layout and the chart."""
 
 from __future__ import annotations
 
@@ -9,23 +10,25 @@ import time
 import pytest
 
 from app_server import app_server  # noqa: F401  (the fixture)
-
-# browser and page: test_browser's fixtures; page opens in this module's context (the two sizes)
 from test_browser import (
     CODE_PROMPT,
-    browser,
     finished_badge,
     is_race_join,
     open_context,
-    page,  # noqa: F401
     set_slider,
     start_race,
     sync_api,
 )
 
+# browser and page: test_browser's fixtures; page opens in this module's context (the two sizes)
+from test_browser import browser, page  # noqa: F401
+
 SIZES = {"laptop": (1400, 900), "phone": (390, 844)}
 # A prompt the embedded pair runs on in a loop: a long race fills the lanes past their height.
-LOOP_PROMPT = "def get_a(self):\n    return self.a\n\ndef get_b(self):\n    return self.b\n\ndef get_c(self):\n"
+LOOP_PROMPT = (
+    "def get_a(self):\n    return self.a\n\ndef get_b(self):\n    return self.b\n\n"
+    "def get_c(self):\n"
+)
 # Where a lane's text box stands: its top, its scroll position and heights.
 BOX = """id => { const box = document.querySelector(`#${id} .lane-text`); if (!box) return null;
   const r = box.getBoundingClientRect();
@@ -46,7 +49,8 @@ def context(browser, size):  # noqa: F811
 
 
 def run_to_the_end(page) -> str:
-    """Press Run and wait for that very race to finish (an earlier race's badge may still be on the page)."""
+    """Press Run and wait for that very race to finish (an earlier race's badge may still be on the
+    page)."""
     with page.expect_response(lambda response: is_race_join(response.request)) as response:
         page.locator("#run").click()
     event = response.value.json()["event_id"]
@@ -89,12 +93,14 @@ def test_lanes_follow_their_text_until_the_viewer_scrolls_up(page, size):
     vanilla, ouroboros = (page.evaluate(BOX, lane) for lane in ("lane-vanilla", "lane-ouroboros"))
     for box in (vanilla, ouroboros):
         assert box["height"] - box["scroll"] - box["client"] <= 30, box  # at the bottom: following
-    # Side by side at both sizes (a phone too: stacked lanes no longer read as a race), aligned while running.
+    # Side by side at both sizes (a phone too: stacked lanes no longer read as a race), aligned
+    # while running.
     assert abs(vanilla["top"] - ouroboros["top"]) <= 2 and vanilla["width"] == ouroboros["width"]
     assert vanilla["left"] + vanilla["width"] <= ouroboros["left"]
-    # The viewer scrolls the vanilla lane (the slower one, still running) up: it stays where they left it.
-    # An update lands in the same task as the scroll, before the browser sends its scroll event (a busy machine
-    # does this): the empty text node stands for Gradio patching the lane, and must not undo the viewer's scroll.
+    # The viewer scrolls the vanilla lane (the slower one, still running) up: it stays where they
+    # left it. An update lands in the same task as the scroll, before the browser sends its scroll
+    # event (a busy machine does this): the empty text node stands for Gradio patching the lane, and
+    # must not undo the viewer's scroll.
     page.locator("#lane-vanilla .lane-text").evaluate(
         "box => { box.scrollTop = 0; box.appendChild(document.createTextNode('')); }"
     )
@@ -125,7 +131,8 @@ def test_replay_plays_the_recorded_race_at_its_speed_and_the_inspector_shows_ste
         float(re.search(r"([\d.]+) s", page.locator(f"#stats-{lane}").inner_text()).group(1))
         for lane in ("vanilla", "ouroboros")
     )
-    # The inspector opens on the step that landed the most tokens; its walked path is what the lane got there.
+    # The inspector opens on the step that landed the most tokens; its walked path is what the lane
+    # got there.
     head = page.locator("#inspector-view .step-head").inner_text()
     landed, count = re.search(r"(\d+) tokens? landed", head), re.search(r"Step \d+ of (\d+)", head)
     assert landed and count, head
@@ -143,18 +150,15 @@ def test_replay_plays_the_recorded_race_at_its_speed_and_the_inspector_shows_ste
     page.get_by_text("1/4", exact=True).click()
     started = time.monotonic()
     page.locator("#replay").click()
-    page.locator("#lane-ouroboros .cursor").wait_for(
-        state="attached"
-    )  # replaying: the lanes run again
+    # replaying: the lanes run again
+    page.locator("#lane-ouroboros .cursor").wait_for(state="attached")
     assert page.locator("#badge .badge").count() == 0
     shown = len(page.locator("#lane-ouroboros .lane-text").inner_text())
     assert shown < len(text)
     sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical")
     took = time.monotonic() - started
-    assert took >= 4 * seconds * 0.8, (
-        took,
-        seconds,
-    )  # a quarter of the race's speed, true to its clock
+    # a quarter of the race's speed, true to its clock
+    assert took >= 4 * seconds * 0.8, (took, seconds)
     assert page.locator("#lane-ouroboros .lane-text").inner_text() == text
     assert page.errors == []
 
@@ -192,10 +196,10 @@ def test_phone_and_laptop_layout_never_wrap_a_number_and_chart_labels_never_over
         "cells => cells.map(c => c.getBoundingClientRect().height)"
     )
     assert heights and max(heights) < 40, heights
-    assert (
-        "expected" in page.locator("#summary th").all_text_contents()
-    )  # (a phone shows cards, no header row)
-    # Ouroboros and speculative each: where its tokens came from, and its expected speedup explained.
+    # (a phone shows cards, no header row)
+    assert "expected" in page.locator("#summary th").all_text_contents()
+    # Ouroboros and speculative each: where its tokens came from, and its expected speedup
+    # explained.
     assert page.locator("#summary .why li").count() == 4
     # The visible drawing of the chart: tick labels apart on both axes.
     labels = page.locator("#chart svg.race-chart:visible text.tick").evaluate_all(
@@ -228,6 +232,7 @@ def test_a_bad_input_gets_one_message_that_goes_away(page, size):
     start_race(page, CODE_PROMPT, 8)
     assert "Identical" in finished_badge(page)
     sync_api.expect(message).to_have_count(0)
-    # Nothing typed or pasted is cut (test_in_view: a 20,000-character paste is kept and refused in tokens).
+    # Nothing typed or pasted is cut (test_in_view: a 20,000-character paste is kept and refused in
+    # tokens).
     assert page.locator("#prompt textarea").get_attribute("maxlength") is None
     assert page.errors == []
