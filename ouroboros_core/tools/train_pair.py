@@ -1,13 +1,17 @@
-"""Train the embedded demo pair: a deep target and a shallow, wide draft that share one tokenizer.
+r"""Train the embedded demo pair: a deep target and a shallow, wide draft that share one tokenizer.
 
-    python3 -m ouroboros_core.tools.train_pair --out RUN        # the full run (background job, about 2.3 h on 2 cores)
-    python3 -m ouroboros_core.tools.train_pair --init RUN --models draft --steps 500 --lr 5e-4 --warmup 20 \
-        --distill-weight 1.0          # then the draft alone, 8 min: the committed pair (147 min in all)
-    python3 -m ouroboros_core.tools.train_pair --smoke --out /tmp/pair   # a few steps on a small corpus
+    # the full run (background job, about 2.3 h on 2 cores)
+    python3 -m ouroboros_core.tools.train_pair --out RUN
+    # then the draft alone, 8 min: the committed pair (147 min in all)
+    python3 -m ouroboros_core.tools.train_pair --init RUN --models draft --steps 500 --lr 5e-4 \
+        --warmup 20 --distill-weight 1.0
+    # a few steps on a small corpus
+    python3 -m ouroboros_core.tools.train_pair --smoke --out /tmp/pair
 
-The corpus is the Python standard library's own source (PSF licence), which every machine with Python
-has. Both models train in the same loop on the same batches; the draft also learns from the target's
-(detached) next-token distribution, which raises draft/target agreement at no extra target cost.
+The corpus is the Python standard library's own source (PSF licence), which every machine with
+Python has. Both models train in the same loop on the same batches; the draft also learns from the
+target's (detached) next-token distribution, which raises draft/target agreement at no extra target
+cost.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .corpus import EOS, load_corpus, train_tokenizer
-from .pair_figures import heldout_figures
+from .pair_trainer import PairTrainer
 
 
 @dataclass(frozen=True)
@@ -43,26 +47,25 @@ class TrainConfig:
     warmup: int = 80
     distill_weight: float = 0.8  # draft loss = (1-w) * data CE + w * KL(target || draft)
     target: ModelShape = ModelShape(layers=18, width=160, heads=4, ffn=512)
-    # two layers let the draft copy from context (an induction head needs one layer to find the earlier
-    # occurrence, one to read what followed it); narrow, so it costs no more per token than one wide layer
+    # two layers let the draft copy from context (an induction head needs one layer to find the
+    # earlier occurrence, one to read what followed it); narrow, so it costs no more per token than
+    # one wide layer
     draft: ModelShape = ModelShape(layers=2, width=192, heads=4, ffn=768)
     max_corpus_chars: int | None = None  # the smoke mode trains on a slice
-    init: str | None = (
-        None  # continue a finished run: its folder (tokenizer, target/, draft/, training.json)
-    )
-    models: tuple[str, ...] = (
-        "target",
-        "draft",
-    )  # which models train; the others are saved as they were
-    eval_every: int = (
-        200  # steps between held-out checks (a learning curve in training.json; 0 turns them off)
-    )
+    # continue a finished run: its folder (tokenizer, target/, draft/, training.json)
+    init: str | None = None
+    # which models train; the others are saved as they were
+    models: tuple[str, ...] = ("target", "draft")
+    # steps between held-out checks (a learning curve in training.json; 0 turns them off)
+    eval_every: int = 200
     eval_chars: int = 60_000  # of pip's source, the start of the card's held-out text
-    # bfloat16 autocast for the forward passes (weights, optimiser state and losses stay float32): 1.3x more
-    # steps per hour on this CPU (AVX-512 BF16), measured side by side at the full shapes (1.72 vs 2.25 s/step)
+    # bfloat16 autocast for the forward passes (weights, optimiser state and losses stay float32):
+    # 1.3x more steps per hour on this CPU (AVX-512 BF16), measured side by side at the full shapes
+    # (1.72 vs 2.25 s/step)
     bf16: bool = True
-    # target_samples' JSON lines: the target's own continuations of corpus stubs, greedy and sampled. Batches
-    # then mix them in, so the draft also learns what the target writes, not only what people wrote.
+    # target_samples' JSON lines: the target's own continuations of corpus stubs, greedy and
+    # sampled. Batches then mix them in, so the draft also learns what the target writes, not only
+    # what people wrote.
     samples: str | None = None
     samples_share: float = 0.5  # of each batch's rows, the share cut from `samples`
 
@@ -96,15 +99,9 @@ def build_model(shape: ModelShape, vocab_size: int, eos_id: int, seq_len: int):
     return model
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 def tokenized_corpus(cfg: TrainConfig, log):
-    """The corpus, its tokenizer (trained here, or the continued run's) and all of it as one id stream."""
+    """The corpus, its tokenizer (trained here, or the continued run's) and all of it as one id
+    stream."""
     import torch
 
     docs = load_corpus(cfg.max_corpus_chars)
@@ -125,8 +122,8 @@ def tokenized_corpus(cfg: TrainConfig, log):
 
 
 def sample_stream(path: str, eos_id: int):
-    """target_samples' continuations as one id stream, each ending in EOS as the corpus files do, and what the
-    file held (for training.json)."""
+    """target_samples' continuations as one id stream, each ending in EOS as the corpus files do,
+    and what the file held (for training.json)."""
     import torch
 
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -155,97 +152,6 @@ def initial_models(cfg: TrainConfig, vocab_size: int, eos_id: int):
         build_model(cfg.target, vocab_size, eos_id, cfg.seq_len),
         build_model(cfg.draft, vocab_size, eos_id, cfg.seq_len),
     )
-
-
-class PairTrainer:
-    """Both models on the same batches: the target on the data, the draft on the data and on the target's
-    (detached) next-token distribution. Models not in cfg.models stay frozen."""
-
-    def __init__(self, cfg: TrainConfig, target, draft, data, samples=None):
-        import torch
-
-        self.cfg, self.target, self.draft, self.data, self.samples = (
-            cfg,
-            target,
-            draft,
-            data,
-            samples,
-        )
-        self.trains = {"target": "target" in cfg.models, "draft": "draft" in cfg.models}
-        self.train_mode()
-        self.opts = {
-            name: torch.optim.AdamW(
-                model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1
-            )
-            for name, model in (("target", target), ("draft", draft))
-            if self.trains[name]
-        }
-        self.gen = torch.Generator().manual_seed(cfg.seed)
-
-    def train_mode(self) -> None:
-        self.target.train(self.trains["target"])
-        self.draft.train(self.trains["draft"])
-
-    def batch(self):
-        import torch
-
-        cfg = self.cfg
-        from_samples = round(cfg.batch_size * cfg.samples_share) if self.samples is not None else 0
-        rows = []
-        for stream, count in (
-            (self.samples, from_samples),
-            (self.data, cfg.batch_size - from_samples),
-        ):
-            if count:
-                starts = torch.randint(
-                    0, len(stream) - cfg.seq_len - 1, (count,), generator=self.gen
-                )
-                rows += [stream[s : s + cfg.seq_len + 1] for s in starts.tolist()]
-        batch = torch.stack(rows)
-        return batch[:, :-1], batch[:, 1:]  # inputs, labels: (B, T) each
-
-    def step(self, step: int) -> dict:
-        import torch
-        import torch.nn.functional as F
-
-        cfg = self.cfg
-        inputs, labels = self.batch()
-        lr = lr_at(step, cfg)
-        for opt in self.opts.values():
-            for group in opt.param_groups:
-                group["lr"] = lr
-        autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16)  # noqa: E731
-        with torch.set_grad_enabled(self.trains["target"]), autocast():
-            target_logits = self.target(input_ids=inputs).logits  # (B, T, V)
-        target_logits = target_logits.float()
-        target_loss = F.cross_entropy(target_logits.flatten(0, 1), labels.flatten())
-        if self.trains["target"]:
-            target_loss.backward()
-        row = {"step": step, "target_ce": target_loss.item()}
-        if self.trains["draft"]:
-            with autocast():
-                draft_logits = self.draft(input_ids=inputs).logits.float()
-            draft_ce = F.cross_entropy(draft_logits.flatten(0, 1), labels.flatten())
-            teacher = F.log_softmax(target_logits.detach().flatten(0, 1), dim=-1)
-            student = F.log_softmax(draft_logits.flatten(0, 1), dim=-1)
-            distill = F.kl_div(student, teacher, log_target=True, reduction="batchmean")
-            draft_loss = (1 - cfg.distill_weight) * draft_ce + cfg.distill_weight * distill
-            draft_loss.backward()
-            row["draft_ce"] = draft_ce.item()
-        for name, opt in self.opts.items():
-            model = self.target if name == "target" else self.draft
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        row["lr"] = lr
-        return row
-
-    def heldout(self, tokenizer) -> dict:
-        self.target.eval()
-        self.draft.eval()
-        figures = heldout_figures(self.target, self.draft, tokenizer, self.cfg.eval_chars)
-        self.train_mode()
-        return figures
 
 
 def save_pair(out: Path, target, draft, tokenizer, eos_id: int) -> None:
@@ -296,13 +202,29 @@ def train(cfg: TrainConfig, out: Path, log=print) -> dict:
     }
     if about_samples:
         summary["samples"] = about_samples
-    if previous:  # the run this one continued, so the card can give the whole story
+    # the run this one continued, so the card can give the whole story
+    if previous:
         summary["previous"] = previous
     (out / "training.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
-def main(argv=None) -> None:
+# --smoke: a few steps on a small corpus (CI)
+SMOKE = TrainConfig(
+    vocab_size=512,
+    seq_len=64,
+    batch_size=4,
+    steps=4,
+    warmup=2,
+    max_corpus_chars=200_000,
+    eval_every=2,
+    eval_chars=5_000,
+    target=ModelShape(2, 64, 2, 128),
+    draft=ModelShape(1, 64, 2, 128),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -334,6 +256,16 @@ def main(argv=None) -> None:
         default=None,
         help="share of the draft's loss that is distillation from the target (0-1)",
     )
+    add_sample_args(parser)
+    parser.add_argument(
+        "--fp32",
+        action="store_true",
+        help="no bfloat16 autocast (for CPUs without native bfloat16, where it is slower)",
+    )
+    return parser
+
+
+def add_sample_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--samples",
         type=Path,
@@ -346,39 +278,33 @@ def main(argv=None) -> None:
         default=None,
         help="share of each batch's rows cut from --samples (0-1, default 0.5)",
     )
-    parser.add_argument(
-        "--fp32",
-        action="store_true",
-        help="no bfloat16 autocast (for CPUs without native bfloat16, where it is slower)",
-    )
-    args = parser.parse_args(argv)
-    import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = TrainConfig(seed=args.seed)
-    if args.smoke:
-        cfg = TrainConfig(
-            seed=args.seed,
-            vocab_size=512,
-            seq_len=64,
-            batch_size=4,
-            steps=4,
-            warmup=2,
-            max_corpus_chars=200_000,
-            eval_every=2,
-            eval_chars=5_000,
-            target=ModelShape(2, 64, 2, 128),
-            draft=ModelShape(1, 64, 2, 128),
-        )
+
+def check_args(parser: argparse.ArgumentParser, args) -> None:
+    """Settings out of range and files that are not there, each as the parser's usage error."""
     if args.distill_weight is not None and not 0 <= args.distill_weight <= 1:
         parser.error(f"--distill-weight {args.distill_weight}: must be between 0 and 1")
     if args.samples_share is not None and not 0 <= args.samples_share <= 1:
         parser.error(f"--samples-share {args.samples_share}: must be between 0 and 1")
     if args.samples and not args.samples.is_file():
         parser.error(
-            f"--samples {args.samples}: no such file (make one with ouroboros_core.tools.target_samples)"
+            f"--samples {args.samples}: no such file "
+            "(make one with ouroboros_core.tools.target_samples)"
         )
+    if args.init and (
+        not (args.init / "target" / "config.json").is_file()
+        or not (args.init / "training.json").is_file()
+    ):
+        parser.error(
+            f"--init {args.init}: no finished run there "
+            "(target/config.json or training.json missing)"
+        )
+
+
+def config_from_args(args) -> TrainConfig:
+    """The full run's settings (or the smoke run's) with the arguments given over them; a
+    continued run keeps the vocabulary, context and shapes of the run it continues."""
+    cfg = replace(SMOKE if args.smoke else TrainConfig(), seed=args.seed)
     overrides = {
         "steps": args.steps,
         "lr": args.lr,
@@ -392,13 +318,6 @@ def main(argv=None) -> None:
     }
     cfg = replace(cfg, **{key: value for key, value in overrides.items() if value is not None})
     if args.init:
-        if (
-            not (args.init / "target" / "config.json").is_file()
-            or not (args.init / "training.json").is_file()
-        ):
-            parser.error(
-                f"--init {args.init}: no finished run there (target/config.json or training.json missing)"
-            )
         before = json.loads((args.init / "training.json").read_text())["config"]
         cfg = replace(
             cfg,
@@ -407,7 +326,18 @@ def main(argv=None) -> None:
             target=ModelShape(**before["target"]),
             draft=ModelShape(**before["draft"]),
         )
-    train(cfg, args.out)
+    return cfg
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    check_args(parser, args)
+    train(config_from_args(args), args.out)
 
 
 if __name__ == "__main__":
