@@ -95,9 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("prompt", help="the prompt text, or - to read it from standard input")
     gen.add_argument("--method", default="ouroboros", choices=METHODS)
     gen.add_argument("--max-new-tokens", type=int, default=128)
-    gen.add_argument("--temperature", type=float)
-    gen.add_argument("--top-p", type=float)
-    gen.add_argument("--seed", type=int)
     out = gen.add_mutually_exclusive_group()
     out.add_argument(
         "--json", action="store_true", help="print one JSON object: token_ids, text, stats"
