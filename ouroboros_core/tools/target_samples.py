@@ -1,13 +1,16 @@
-"""The target's own writing, for the draft to learn from (on-policy distillation, as in DistillSpec).
+r"""The target's own writing, for the draft to learn from (on-policy distillation, as in
+DistillSpec).
 
     python3 -m ouroboros_core.tools.target_samples --out RUN/samples.jsonl    # ~30 min on 2 cores
-    python3 -m ouroboros_core.tools.train_pair --init assets/models --models draft --samples RUN/samples.jsonl ...
+    python3 -m ouroboros_core.tools.train_pair --init assets/models --models draft \
+        --samples RUN/samples.jsonl ...
 
-A draft trained on the corpus learns how people write; at run time it has to guess what the target writes,
-greedy or sampled, which drifts from the corpus (the target's own habits, repeats, its sampled detours).
-Prompts are function stubs from the training corpus (the standard library), never from the held-out text or
-HumanEval; each stub is continued at one of several temperatures, so the draft sees greedy and sampled text.
-One JSON line per sample: {"id", "temperature", "prompt_tokens", "ids"} with ids = prompt + continuation.
+A draft trained on the corpus learns how people write; at run time it has to guess what the target
+writes, greedy or sampled, which drifts from the corpus (the target's own habits, repeats, its
+sampled detours). Prompts are function stubs from the training corpus (the standard library), never
+from the held-out text or HumanEval; each stub is continued at one of several temperatures, so the
+draft sees greedy and sampled text. One JSON line per sample: {"id", "temperature",
+"prompt_tokens", "ids"} with ids = prompt + continuation.
 """
 
 from __future__ import annotations
@@ -23,18 +26,14 @@ from pathlib import Path
 from .corpus import EOS, function_stubs, stdlib_files
 
 MODELS = Path(__file__).resolve().parents[2] / "assets" / "models"
-TEMPERATURES = (
-    0.0,
-    0.3,
-    0.8,
-    1.0,
-)  # 0 is greedy; the page offers 0-1.5, visitors mostly stay below 1
+# 0 is greedy; the page offers 0-1.5, visitors mostly stay below 1
+TEMPERATURES = (0.0, 0.3, 0.8, 1.0)
 TOP_P = 0.95  # the bench's and the page's default nucleus
 
 
 def stub_prompts(limit: int | None, seed: int, max_chars: int = 1500) -> list[dict]:
-    """Every documented function of the training corpus as a stub, shuffled; long stubs left out (a prompt
-    of a page of docstring teaches little about the code that follows)."""
+    """Every documented function of the training corpus as a stub, shuffled; long stubs left out (a
+    prompt of a page of docstring teaches little about the code that follows)."""
     stubs = [
         stub
         for stub in function_stubs(
@@ -49,8 +48,8 @@ def stub_prompts(limit: int | None, seed: int, max_chars: int = 1500) -> list[di
 def sample_batch(
     target, encoded: list[list[int]], eos: int, pad: int, temperature: float, max_new_tokens: int
 ) -> list[tuple[int, list[int]]]:
-    """The target's continuations of a batch of encoded prompts (left-padded together), each cut after its first
-    EOS: (prompt tokens, prompt + continuation ids) per prompt."""
+    """The target's continuations of a batch of encoded prompts (left-padded together), each cut
+    after its first EOS: (prompt tokens, prompt + continuation ids) per prompt."""
     import torch
 
     width = max(map(len, encoded))
@@ -90,8 +89,33 @@ def write_samples(
     log=print,
     temperatures: tuple[float, ...] = TEMPERATURES,
 ) -> int:
-    """Continue every stub (`encode(stub)` gives its ids) at its temperature (they take turns), appending to `out` batch by batch, so an
-    interrupted run keeps what it made and a rerun picks up after it. Returns the number of new tokens."""
+    """Continue every stub (`encode(stub)` gives its ids) at its temperature (they take turns),
+    appending to `out` batch by batch, so an interrupted run keeps what it made and a rerun picks up
+    after it. Returns the number of new tokens."""
+    batches = pending_batches(encode, stubs, out, batch_size, temperatures)
+    started, new_tokens = time.perf_counter(), 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for number, batch in enumerate(batches, 1):
+        temperature = batch[0][1]
+        rows = sample_batch(
+            target, [encode(stub) for stub, _ in batch], eos, eos, temperature, max_new_tokens
+        )
+        new_tokens += append_samples(out, batch, rows)
+        elapsed = time.perf_counter() - started
+        left_min = elapsed / number * (len(batches) - number) / 60
+        log(
+            f"batch {number}/{len(batches)} (T {temperature}): {new_tokens:,} new tokens, "
+            f"{new_tokens / elapsed:.0f} tokens/s, about {left_min:.0f} min left"
+        )
+    return new_tokens
+
+
+def pending_batches(
+    encode, stubs: list[dict], out: Path, batch_size: int, temperatures: tuple[float, ...]
+) -> list[list[tuple[dict, float]]]:
+    """The stubs `out` does not hold yet, each with its temperature, in batches of one temperature
+    and similar prompt lengths (less padding), the temperatures interleaved so that a partial file
+    has them all."""
     done = set()
     if out.exists():
         done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
@@ -101,46 +125,32 @@ def write_samples(
         if stub["id"] not in done
     ]
     batches = []
-    for (
-        temperature
-    ) in temperatures:  # one temperature per batch, similar prompt lengths together (less padding)
+    for temperature in temperatures:
         group = sorted(
             (item for item in todo if item[1] == temperature), key=lambda item: len(encode(item[0]))
         )
         batches += [group[i : i + batch_size] for i in range(0, len(group), batch_size)]
-    random.Random(len(todo)).shuffle(
-        batches
-    )  # the temperatures interleave, so a partial file has them all
-    started, new_tokens = time.perf_counter(), 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for number, batch in enumerate(batches, 1):
-        temperature = batch[0][1]
-        rows = sample_batch(
-            target, [encode(stub) for stub, _ in batch], eos, eos, temperature, max_new_tokens
-        )
-        with out.open("a") as file:
-            for (stub, _), (prompt_tokens, ids) in zip(batch, rows):
-                new_tokens += len(ids) - prompt_tokens
-                file.write(
-                    json.dumps(
-                        {
-                            "id": stub["id"],
-                            "temperature": temperature,
-                            "prompt_tokens": prompt_tokens,
-                            "ids": ids,
-                        }
-                    )
-                    + "\n"
-                )
-        elapsed = time.perf_counter() - started
-        log(
-            f"batch {number}/{len(batches)} (T {temperature}): {new_tokens:,} new tokens, "
-            f"{new_tokens / elapsed:.0f} tokens/s, about {elapsed / number * (len(batches) - number) / 60:.0f} min left"
-        )
+    random.Random(len(todo)).shuffle(batches)
+    return batches
+
+
+def append_samples(out: Path, batch: list[tuple[dict, float]], rows: list) -> int:
+    """One JSON line per sample of the batch, appended to `out`; returns the new tokens in them."""
+    new_tokens = 0
+    with out.open("a") as file:
+        for (stub, temperature), (prompt_tokens, ids) in zip(batch, rows):
+            new_tokens += len(ids) - prompt_tokens
+            line = {
+                "id": stub["id"],
+                "temperature": temperature,
+                "prompt_tokens": prompt_tokens,
+                "ids": ids,
+            }
+            file.write(json.dumps(line) + "\n")
     return new_tokens
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -160,7 +170,8 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--heldout",
         action="store_true",
-        help="with --pair smollm2: the held-out requests (pip's), greedy only, for the draft's card",
+        help="with --pair smollm2: the held-out requests (pip's), greedy only, for the draft's "
+        "card",
     )
     parser.add_argument(
         "--limit", type=int, default=None, help="how many stubs (default: all of them)"
@@ -171,6 +182,11 @@ def main(argv=None) -> None:
         "--seed", type=int, default=0, help="which stubs come first, and the sampling"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1 or args.batch_size < 1:
         parser.error("--max-new-tokens and --batch-size must be at least 1")
@@ -180,58 +196,70 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     if args.pair == "smollm2":
-        from ouroboros_core.models import load_target_of
-
-        from .chat_requests import heldout_requests, training_requests
-
-        target, tokenizer = load_target_of("smollm2", log=print)
-        stubs = (
-            heldout_requests(args.limit)
-            if args.heldout
-            else training_requests(args.limit, args.seed)
-        )
-        temperatures = (0.0,) if args.heldout else TEMPERATURES
-        encode = functools.lru_cache(maxsize=None)(
-            lambda text, chat: tuple(encoded(tokenizer, text, chat))
-        )
-        print(f"{len(stubs)} requests, temperatures {temperatures}, top-p {TOP_P}")
-        new_tokens = write_samples(
-            target,
-            lambda stub: list(encode(stub["prompt"], stub["chat"])),
-            tokenizer.eos_token_id,
-            stubs,
-            args.out,
-            args.max_new_tokens,
-            args.batch_size,
-            temperatures=temperatures,
-        )
+        new_tokens = smollm2_answers(args)
     else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         if not (args.models / "target" / "config.json").is_file():
             parser.error(f"--models {args.models}: no target/config.json there")
-        tokenizer = AutoTokenizer.from_pretrained(args.models / "target")
-        target = AutoModelForCausalLM.from_pretrained(
-            args.models / "target", dtype=torch.float32
-        ).eval()
-        stubs = stub_prompts(args.limit, args.seed)
-        print(
-            f"{len(stubs)} stubs from the standard library, temperatures {TEMPERATURES}, top-p {TOP_P}"
-        )
-        new_tokens = write_samples(
-            target,
-            lambda stub: tokenizer(stub["prompt"])["input_ids"],
-            tokenizer.convert_tokens_to_ids(EOS),
-            stubs,
-            args.out,
-            args.max_new_tokens,
-            args.batch_size,
-        )
+        new_tokens = demo_continuations(args)
     print(f"{new_tokens:,} new tokens written to {args.out}")
 
 
+def smollm2_answers(args) -> int:
+    """The default preset's target answers chat_requests' training requests (or, with --heldout,
+    the held-out ones, greedy only)."""
+    from ouroboros_core.models import load_target_of
+
+    from .chat_requests import heldout_requests, training_requests
+
+    target, tokenizer = load_target_of("smollm2", log=print)
+    stubs = (
+        heldout_requests(args.limit) if args.heldout else training_requests(args.limit, args.seed)
+    )
+    temperatures = (0.0,) if args.heldout else TEMPERATURES
+    encode = functools.lru_cache(maxsize=None)(
+        lambda text, chat: tuple(encoded(tokenizer, text, chat))
+    )
+    print(f"{len(stubs)} requests, temperatures {temperatures}, top-p {TOP_P}")
+    return write_samples(
+        target,
+        lambda stub: list(encode(stub["prompt"], stub["chat"])),
+        tokenizer.eos_token_id,
+        stubs,
+        args.out,
+        args.max_new_tokens,
+        args.batch_size,
+        temperatures=temperatures,
+    )
+
+
+def demo_continuations(args) -> int:
+    """The embedded pair's target continues stubs of the standard library's documented
+    functions."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.models / "target")
+    target = AutoModelForCausalLM.from_pretrained(
+        args.models / "target", dtype=torch.float32
+    ).eval()
+    stubs = stub_prompts(args.limit, args.seed)
+    print(
+        f"{len(stubs)} stubs from the standard library, temperatures {TEMPERATURES}, top-p {TOP_P}"
+    )
+    return write_samples(
+        target,
+        lambda stub: tokenizer(stub["prompt"])["input_ids"],
+        tokenizer.convert_tokens_to_ids(EOS),
+        stubs,
+        args.out,
+        args.max_new_tokens,
+        args.batch_size,
+    )
+
+
 def encoded(tokenizer, text: str, chat: bool) -> list[int]:
-    """A request's ids as the engine encodes it: a user turn through the chat template, or the raw text."""
+    """A request's ids as the engine encodes it: a user turn through the chat template, or the raw
+    text."""
     if chat:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True

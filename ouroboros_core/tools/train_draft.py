@@ -1,16 +1,19 @@
 """Train a draft for a preset's target on the target's own answers (the default pair's draft).
 
-    python3 -m ouroboros_core.tools.target_samples --pair smollm2 --out RUN/samples.jsonl     # the answers
-    python3 -m ouroboros_core.tools.target_samples --pair smollm2 --heldout --limit 48 --out RUN/heldout.jsonl
-    python3 -m ouroboros_core.tools.train_draft --samples RUN/samples.jsonl --heldout RUN/heldout.jsonl \\
-        --out assets/models/smollm2-draft
+    # the answers
+    python3 -m ouroboros_core.tools.target_samples --pair smollm2 --out RUN/samples.jsonl
+    python3 -m ouroboros_core.tools.target_samples --pair smollm2 --heldout --limit 48 \\
+        --out RUN/heldout.jsonl
+    python3 -m ouroboros_core.tools.train_draft --samples RUN/samples.jsonl \\
+        --heldout RUN/heldout.jsonl --out assets/models/smollm2-draft
 
-The draft is the target cut to its first `layers` layers: the same width, embeddings, final norm and (tied)
-output layer, so it starts from the target's own reading of tokens and writes into the target's output space.
-Its layers and final norm then learn the target's answer tokens, position by position (the answer only: the
-request is context, never a guess the draft makes); the embeddings stay the target's, frozen. On a CPU a
-forward's cost follows depth (shared/OUROBOROS.md), so three layers of thirty make a cheap draft; the output
-layer over 49,152 tokens is the rest of its cost, read as int8 by the engine's lean forward.
+The draft is the target cut to its first `layers` layers: the same width, embeddings, final norm
+and (tied) output layer, so it starts from the target's own reading of tokens and writes into the
+target's output space. Its layers and final norm then learn the target's answer tokens, position by
+position (the answer only: the request is context, never a guess the draft makes); the embeddings
+stay the target's, frozen. On a CPU a forward's cost follows depth (shared/OUROBOROS.md), so three
+layers of thirty make a cheap draft; the output layer over 49,152 tokens is the rest of its cost,
+read as int8 by the engine's lean forward.
 """
 
 from __future__ import annotations
@@ -34,9 +37,8 @@ class DraftTraining:
     warmup: int = 30
     seed: int = 0
     eval_every: int = 50  # steps between held-out checks
-    teacher_k: int = (
-        0  # >0: learn the target's own top-k next-token chances at every answer position too
-    )
+    # >0: learn the target's own top-k next-token chances at every answer position too
+    teacher_k: int = 0
     start: str = ""  # a draft folder to go on training from ("": the target cut to `layers`)
 
 
@@ -84,9 +86,10 @@ def batches(rows: list[dict], batch_tokens: int, rng: random.Random) -> list[lis
 def teacher_targets(
     target, rows: list[dict], pad: int, k: int, batch_tokens: int, log=print
 ) -> None:
-    """Add to each row the target's own top-k next-token ids and chances at its answer positions, teacher-forced
-    on the answer as written ("teacher_ids", "teacher_p": one list of k per position). A sampled answer's next
-    token is one draw; the target's chances say what it would write at every rank, its greedy choice first."""
+    """Add to each row the target's own top-k next-token ids and chances at its answer positions,
+    teacher-forced on the answer as written ("teacher_ids", "teacher_p": one list of k per
+    position). A sampled answer's next token is one draw; the target's chances say what it would
+    write at every rank, its greedy choice first."""
     import torch
 
     done = 0
@@ -104,16 +107,15 @@ def teacher_targets(
 
 
 def padded(batch: list[dict], pad: int):
-    """Token ids padded to the batch's longest, the attention mask, and the positions whose next token is an
-    answer token."""
+    """Token ids padded to the batch's longest, the attention mask, and the positions whose next
+    token is an answer token."""
     import torch
 
     width = max(len(row["ids"]) for row in batch)
     ids = torch.full((len(batch), width), pad)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
-    scored = torch.zeros(
-        (len(batch), width), dtype=torch.bool
-    )  # positions whose next token is an answer token
+    # positions whose next token is an answer token
+    scored = torch.zeros((len(batch), width), dtype=torch.bool)
     for i, row in enumerate(batch):
         ids[i, : len(row["ids"])] = torch.tensor(row["ids"])
         mask[i, : len(row["ids"])] = 1
@@ -122,16 +124,17 @@ def padded(batch: list[dict], pad: int):
 
 
 def answer_loss(draft, batch: list[dict], pad: int):
-    """Cross-entropy of the draft's guesses at every answer position; (loss, right guesses, guesses). Rows with
-    teacher targets add the cross-entropy against the target's top-k chances (renormalised), and count a guess
-    right when it is the target's own first choice."""
+    """Cross-entropy of the draft's guesses at every answer position; (loss, right guesses,
+    guesses). Rows with teacher targets add the cross-entropy against the target's top-k chances
+    (renormalised), and count a guess right when it is the target's own first choice."""
     import torch
     import torch.nn.functional as F
 
     ids, mask, scored = padded(batch, pad)
     hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, width)
     labels = ids[:, 1:][scored[:, :-1]]
-    logits = draft.lm_head(hidden[:, :-1][scored[:, :-1]])  # (answer positions, vocab): only those
+    # (answer positions, vocab): only those
+    logits = draft.lm_head(hidden[:, :-1][scored[:, :-1]])
     loss = F.cross_entropy(logits, labels)
     if "teacher_ids" not in batch[0]:
         return loss, (logits.argmax(-1) == labels).sum().item(), labels.numel()
@@ -160,14 +163,16 @@ def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int) -> dict:
     }
 
 
-# Token ids below this always stay in the draft's vocabulary: a byte-level BPE numbers its bytes and its
-# earliest (most frequent) merges first, so text unlike the training answers still finds its common pieces.
+# Token ids below this always stay in the draft's vocabulary: a byte-level BPE numbers its bytes and
+# its earliest (most frequent) merges first, so text unlike the training answers still finds its
+# common pieces.
 COMMON_IDS = 8192
 
 
 def write_vocabulary(rows: list[dict], out: Path, vocab_size: int) -> int:
-    """The draft's vocabulary (models.DRAFT_VOCABULARY): every token of the training rows, requests included, and
-    the COMMON_IDS first ids; returns its size. The draft's output layer reads these rows alone."""
+    """The draft's vocabulary (models.DRAFT_VOCABULARY): every token of the training rows, requests
+    included, and the COMMON_IDS first ids; returns its size. The draft's output layer reads these
+    rows alone."""
     from ouroboros_core.models import DRAFT_VOCABULARY
 
     ids = set(range(min(COMMON_IDS, vocab_size))) | {t for row in rows for t in row["ids"]}
@@ -176,7 +181,8 @@ def write_vocabulary(rows: list[dict], out: Path, vocab_size: int) -> int:
 
 
 def first_draft(cfg: DraftTraining, target):
-    """The draft training starts from: a saved draft's folder (cfg.start), else the target cut to its layers."""
+    """The draft training starts from: a saved draft's folder (cfg.start), else the target cut to
+    its layers."""
     if not cfg.start:
         return cut_target(target, cfg.layers)
     import torch
@@ -185,31 +191,47 @@ def first_draft(cfg: DraftTraining, target):
     return AutoModelForCausalLM.from_pretrained(cfg.start, dtype=torch.float32)
 
 
-def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print) -> dict:
-    import torch
+def lr_at(step: int, steps: int, cfg: DraftTraining) -> float:
+    """Linear warm-up, then cosine decay to a tenth of the peak at the last step."""
+    return (
+        cfg.lr
+        * min(1.0, (step + 1) / cfg.warmup)
+        * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
+    )
 
+
+def prepare(cfg: DraftTraining, samples: Path, heldout: Path, log):
+    """(draft, tokenizer, pad id, training rows, held-out rows): the draft to train, its embeddings
+    frozen, and the rows, the training ones with the target's top-k chances where cfg.teacher_k asks
+    for them."""
     from ouroboros_core.models import load_target_of
 
-    torch.manual_seed(cfg.seed)
-    rng = random.Random(cfg.seed)
     target, tokenizer = load_target_of(cfg.preset, log)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows, held = load_rows(samples), load_rows(heldout)
-    greedy_held = [row for row in held if row["temperature"] == 0]
     if cfg.teacher_k:
         teacher_targets(target, rows, pad, cfg.teacher_k, cfg.batch_tokens, log)
     draft = first_draft(cfg, target)
     del target
     draft.get_input_embeddings().weight.requires_grad_(False)
-    trained = [p for p in draft.parameters() if p.requires_grad]
+    trained = sum(p.numel() for p in draft.parameters() if p.requires_grad)
     log(
         f"draft: {cfg.layers} layers, {sum(p.numel() for p in draft.parameters()):,} parameters "
-        f"({sum(p.numel() for p in trained):,} trained); {len(rows)} answers, "
-        f"{sum(len(r['ids']) - r['prompt_tokens'] for r in rows):,} answer tokens; held-out {len(held)}"
+        f"({trained:,} trained); {len(rows)} answers, "
+        f"{sum(len(r['ids']) - r['prompt_tokens'] for r in rows):,} answer tokens; "
+        f"held-out {len(held)}"
     )
+    return draft, tokenizer, pad, rows, held
+
+
+def run_steps(draft, rows, held, pad: int, cfg: DraftTraining, steps: int, rng, log):
+    """The training steps: the loss every ten steps (history) and the agreement with the target's
+    greedy held-out answers every cfg.eval_every (the curve, from the draft as it began)."""
+    import torch
+
+    greedy_held = [row for row in held if row["temperature"] == 0]
+    trained = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    per_epoch = len(batches(rows, cfg.batch_tokens, rng))
-    steps = max(1, round(cfg.epochs * per_epoch))
     started = time.perf_counter()
     curve = [{"step": 0, **evaluate(draft, greedy_held, pad, cfg.batch_tokens)}]
     log(json.dumps(curve[-1]))
@@ -219,11 +241,7 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
         if not queue:
             queue = batches(rows, cfg.batch_tokens, rng)
         batch = queue.pop()
-        lr = (
-            cfg.lr
-            * min(1.0, (step + 1) / cfg.warmup)
-            * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / steps)))
-        )
+        lr = lr_at(step, steps, cfg)
         for group in opt.param_groups:
             group["lr"] = lr
         loss, hits, count = answer_loss(draft, batch, pad)
@@ -246,9 +264,23 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
         if step % cfg.eval_every == 0 or step == steps:
             curve.append({"step": step, **evaluate(draft, greedy_held, pad, cfg.batch_tokens)})
             log(json.dumps(curve[-1]))
+    return history, curve
+
+
+def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print) -> dict:
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    draft, tokenizer, pad, rows, held = prepare(cfg, samples, heldout, log)
+    per_epoch = len(batches(rows, cfg.batch_tokens, rng))
+    steps = max(1, round(cfg.epochs * per_epoch))
+    started = time.perf_counter()
+    history, curve = run_steps(draft, rows, held, pad, cfg, steps, rng, log)
     draft.eval()
     out.mkdir(parents=True, exist_ok=True)
-    draft.to(torch.bfloat16).save_pretrained(out)  # 16-bit on disk keeps the repository small
+    # 16-bit on disk keeps the repository small
+    draft.to(torch.bfloat16).save_pretrained(out)
     tokenizer.save_pretrained(out)
     vocabulary = write_vocabulary(rows, out, draft.config.vocab_size)
     summary = {
