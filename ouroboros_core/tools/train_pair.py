@@ -21,53 +21,11 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from .corpus import EOS, load_corpus, train_tokenizer
-from .pair_trainer import PairTrainer
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    layers: int  # depth drives latency on this CPU
-    width: int  # hidden size
-    heads: int
-    ffn: int  # MLP inner size
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    seed: int = 0
-    vocab_size: int = 4096
-    seq_len: int = 384  # covers most HumanEval stubs plus a 128-token answer
-    batch_size: int = 8  # small batches, many steps: more learning per token early in training
-    steps: int = 4400
-    lr: float = 2e-3
-    warmup: int = 80
-    distill_weight: float = 0.8  # draft loss = (1-w) * data CE + w * KL(target || draft)
-    target: ModelShape = ModelShape(layers=18, width=160, heads=4, ffn=512)
-    # two layers let the draft copy from context (an induction head needs one layer to find the
-    # earlier occurrence, one to read what followed it); narrow, so it costs no more per token than
-    # one wide layer
-    draft: ModelShape = ModelShape(layers=2, width=192, heads=4, ffn=768)
-    max_corpus_chars: int | None = None  # the smoke mode trains on a slice
-    # continue a finished run: its folder (tokenizer, target/, draft/, training.json)
-    init: str | None = None
-    # which models train; the others are saved as they were
-    models: tuple[str, ...] = ("target", "draft")
-    # steps between held-out checks (a learning curve in training.json; 0 turns them off)
-    eval_every: int = 200
-    eval_chars: int = 60_000  # of pip's source, the start of the card's held-out text
-    # bfloat16 autocast for the forward passes (weights, optimiser state and losses stay float32):
-    # 1.3x more steps per hour on this CPU (AVX-512 BF16), measured side by side at the full shapes
-    # (1.72 vs 2.25 s/step)
-    bf16: bool = True
-    # target_samples' JSON lines: the target's own continuations of corpus stubs, greedy and
-    # sampled. Batches then mix them in, so the draft also learns what the target writes, not only
-    # what people wrote.
-    samples: str | None = None
-    samples_share: float = 0.5  # of each batch's rows, the share cut from `samples`
+from .pair_trainer import ModelShape, PairTrainer, TrainConfig
 
 
 def build_model(shape: ModelShape, vocab_size: int, eos_id: int, seq_len: int):
