@@ -52,12 +52,7 @@ def add_bench_parser(sub) -> None:
     bench.add_argument(
         "--sweep", action="store_true", help="search Ouroboros settings and report the best"
     )
-    bench.add_argument(
-        "--temperature", type=float, help="sample at this temperature (default: greedy)"
-    )
-    bench.add_argument(
-        "--top-p", type=float, default=None, help="nucleus mass kept when sampling (default 1.0)"
-    )
+    # --temperature and --top-p come with the knobs (add_method_args); --seed means more here
     bench.add_argument(
         "--seed", type=int, default=0, help="prompt i samples with seed S + i in every method"
     )
