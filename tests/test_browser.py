@@ -1,4 +1,5 @@
-"""The launched app in headless Chromium (Debian's; never downloaded): run, stop and clear as a visitor would.
+"""The launched app in headless Chromium (Debian's; never downloaded): run and clear as a visitor
+would (stopping and leaving: test_browser_stop), with the helpers the other browser tests share.
 
 Every request that leaves loopback is aborted, so the page is tested exactly as it works offline.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -30,21 +30,23 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 HOSTILE = "<script>window.__pwned = 1</script><b>bold?</b>\n"
 CODE_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
-# A race and its page take seconds on an idle machine, 180 s covers a busy one, and the wait stretches further
-# with the load measured when the module starts (a starved page lags far behind its stream).
+# A race and its page take seconds on an idle machine, 180 s covers a busy one, and the wait
+# stretches further with the load measured when the module starts (a starved page lags far behind
+# its stream).
 RACE_TIMEOUT_MS = int(scaled(180) * 1000)
 SLIDER_TRIES, WAIT = 4, {"timeout": 5000}
 TOKEN_CLASSES = {"tok-draft", "tok-pool", "tok-prompt", "tok-target"}
-# Watches the Ouroboros lane for struck-through rejected drafts, which stay on screen only for the step that
-# rejected them (the finished lane has none): window.__struck counts the lane updates that put one in the page,
-# and keeps how the first was drawn. It reads the added nodes, not the live lane, which may have moved on by
-# the time the observer runs.
+# Watches the Ouroboros lane for struck-through rejected drafts, which stay on screen only for the
+# step that rejected them (the finished lane has none): window.__struck counts the lane updates that
+# put one in the page, and keeps how the first was drawn. It reads the added nodes, not the live
+# lane, which may have moved on by the time the observer runs.
 WATCH_REJECTED = r"""
 (() => {
   const lane = document.querySelector('#lane-ouroboros');
   window.__struck = {updates: 0, first: null};
   new MutationObserver(records => {
-    const added = records.flatMap(record => [...record.addedNodes]).filter(node => node.nodeType === 1);
+    const added = records.flatMap(record => [...record.addedNodes])
+                         .filter(node => node.nodeType === 1);
     const struck = added.flatMap(node => [...(node.matches('s.tok-rejected') ? [node] : []),
                                           ...node.querySelectorAll('s.tok-rejected')])
                         .filter(node => node.textContent);
@@ -53,14 +55,16 @@ WATCH_REJECTED = r"""
     const shown = struck.find(node => node.isConnected);
     if (window.__struck.first === null && shown) {
       const style = getComputedStyle(shown);
-      window.__struck.first = {text: shown.textContent, line: style.textDecorationLine, color: style.color,
+      window.__struck.first = {text: shown.textContent, line: style.textDecorationLine,
+                               color: style.color,
                                text_color: getComputedStyle(shown.parentElement).color};
     }
   }).observe(lane, {childList: true, subtree: true});
 })();
 """
-# Tees the page's queue stream into window.__queue_messages as [msg, event_id] pairs: the server's own order of
-# events, so a test can tell what the server handled while a race still waited for the device.
+# Tees the page's queue stream into window.__queue_messages as [msg, event_id] pairs: the server's
+# own order of events, so a test can tell what the server handled while a race still waited for the
+# device.
 RECORD_QUEUE_MESSAGES = r"""
 (() => {
   window.__queue_messages = [];
@@ -106,7 +110,8 @@ def browser():
 
 
 def open_context(browser, width: int = 1280, height: int = 1000):
-    """A browser context at that viewport, with generous timeouts and the queue recorder in every page."""
+    """A browser context at that viewport, with generous timeouts and the queue recorder in every
+    page."""
     context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(RACE_TIMEOUT_MS)
     context.add_init_script(RECORD_QUEUE_MESSAGES)
@@ -115,7 +120,8 @@ def open_context(browser, width: int = 1280, height: int = 1000):
 
 
 def open_page(context, url: str):
-    """A freshly loaded page (a new visitor session on the server) that can reach nothing but the app."""
+    """A freshly loaded page (a new visitor session on the server) that can reach nothing but the
+    app."""
     page = context.new_page()
     page.route(
         "**/*",
@@ -130,7 +136,8 @@ def open_page(context, url: str):
 
 @pytest.fixture(scope="module")
 def context(browser):
-    # One context for the module: its warm HTTP and code caches make each fresh page load far cheaper.
+    # One context for the module: its warm HTTP and code caches make each fresh page load far
+    # cheaper.
     context = open_context(browser)
     yield context
     context.close()
@@ -144,14 +151,15 @@ def page(context, app_server):  # noqa: F811
 
 
 def set_slider(page, label: str, value) -> None:
-    """Type a value into a slider's number box and wait until the slider itself holds it (the page reads the
-    slider's value when Run is pressed)."""
+    """Type a value into a slider's number box and wait until the slider itself holds it (the page
+    reads the slider's value when Run is pressed)."""
     box, slider = (
         page.get_by_label(f"number input for {label}"),
         page.get_by_label(f"range slider for {label}"),
     )
-    # A slider in an accordion that has just opened is drawn, then drawn again: a value typed into the first
-    # drawing is lost (seen once in CI on a loaded machine). Type it again until the slider holds it.
+    # A slider in an accordion that has just opened is drawn, then drawn again: a value typed into
+    # the first drawing is lost (seen once in CI on a loaded machine). Type it again until the
+    # slider holds it.
     for attempt in range(SLIDER_TRIES):
         box.fill(str(value))
         box.press("Enter")
@@ -175,7 +183,8 @@ def is_join(request) -> bool:
 
 
 def is_race_join(request) -> bool:
-    """The race's own request (the step before it, which checks and arms it, carries the prompt too)."""
+    """The race's own request (the step before it, which checks and arms it, carries the prompt
+    too)."""
     return is_join(request) and json.loads(request.post_data)["fn_index"] == step_index(
         request.url, "race_ui"
     )
@@ -209,7 +218,8 @@ def save_screenshot(page, tmp_path) -> None:
 
 
 def background_colours(page, selector: str) -> dict[str, set[str]]:
-    """{token class: the computed background colours of the elements under selector that carry it}."""
+    """{token class: the computed background colours of the elements under selector that carry
+    it}."""
     found = page.evaluate(
         """selector => {
         const out = {};
@@ -226,17 +236,9 @@ def background_colours(page, selector: str) -> dict[str, set[str]]:
     return {name: set(colours) for name, colours in found.items()}
 
 
-def test_race_renders_coloured_identical_lanes_and_never_runs_prompt_html(page, tmp_path):
-    # On the shipped pair this greedy race is the same every time: 48 tokens, most of them accepted from prompt
-    # lookup (the output repeats the prompt's phrases), some from the draft model, and drafts rejected at many
-    # of its ~15 steps (the draft model agrees with the target on about half of its tokens).
-    page.locator("#lane-ouroboros").wait_for(state="attached")
-    page.evaluate(WATCH_REJECTED)
-    start_race(page, HOSTILE + CODE_PROMPT, 48)
-    badge = finished_badge(page)
-    save_screenshot(page, tmp_path)
-
-    assert "Identical" in badge
+def assert_lane_coloured_as_the_legend(page) -> None:
+    """Every token of the Ouroboros lane is marked as one kind, drawn in the colour the legend gives
+    that kind."""
     spans = page.locator("#lane-ouroboros .tok")
     assert spans.count() > 0
     classes = [
@@ -245,13 +247,15 @@ def test_race_renders_coloured_identical_lanes_and_never_runs_prompt_html(page, 
     ]
     assert all(len(names) == 1 for names in classes), classes
     shown = set().union(*classes)
-    # Colouring at work: tokens Ouroboros got without a target forward of their own are marked as such.
+    # Colouring at work: tokens Ouroboros got without a target forward of their own are marked as
+    # such.
     assert {"tok-prompt", "tok-draft"} <= shown, (
         f"the lane marks its tokens only as {sorted(shown)}"
     )
     assert "tok-target" in shown  # the target's own token after each accepted run
-    # Each kind is drawn in a colour of its own, the one the legend shows, and the target's own tokens stay
-    # unmarked (the legend carries all four kinds, so the pool's colour is checked there).
+    # Each kind is drawn in a colour of its own, the one the legend shows, and the target's own
+    # tokens stay unmarked (the legend carries all four kinds, so the pool's colour is checked
+    # there).
     legend = background_colours(page, ".legend .tok")
     in_lane = background_colours(page, "#lane-ouroboros .tok")
     assert set(legend) == TOKEN_CLASSES and all(len(colours) == 1 for colours in legend.values()), (
@@ -263,17 +267,36 @@ def test_race_renders_coloured_identical_lanes_and_never_runs_prompt_html(page, 
     assert legend["tok-target"] == {"rgba(0, 0, 0, 0)"}, legend
     for name, colours in in_lane.items():
         assert colours == legend[name], (name, colours, legend[name])
-    # Drafts the target rejected were struck through while the race ran (each for the step that rejected it).
+
+
+def assert_rejected_drafts_were_struck_through(page) -> None:
+    """Drafts the target rejected were struck through while the race ran (each for the step that
+    rejected it)."""
     struck = page.evaluate("window.__struck")
     assert struck["updates"] > 0, "no rejected draft was ever shown struck through"
     first = struck["first"]
     assert first is not None, struck  # one stayed on the page long enough to be drawn
     assert "line-through" in first["line"], first
     assert first["color"] != first["text_color"], first
+
+
+def test_race_renders_coloured_identical_lanes_and_never_runs_prompt_html(page, tmp_path):
+    # On the shipped pair this greedy race is the same every time: 48 tokens, most of them accepted
+    # from prompt lookup (the output repeats the prompt's phrases), some from the draft model, and
+    # drafts rejected at many of its ~15 steps (the draft model agrees with the target on about half
+    # of its tokens).
+    page.locator("#lane-ouroboros").wait_for(state="attached")
+    page.evaluate(WATCH_REJECTED)
+    start_race(page, HOSTILE + CODE_PROMPT, 48)
+    badge = finished_badge(page)
+    save_screenshot(page, tmp_path)
+
+    assert "Identical" in badge
+    assert_lane_coloured_as_the_legend(page)
+    assert_rejected_drafts_were_struck_through(page)
     assert page.locator("#lane-ouroboros .cursor").count() == 0  # the lane finished
-    assert (
-        page.locator("#lane-ouroboros s.tok-rejected").count() == 0
-    )  # rejections show for their step only
+    # rejections show for their step only
+    assert page.locator("#lane-ouroboros s.tok-rejected").count() == 0
     assert page.locator(".legend").is_visible()
     for lane in ("vanilla", "ouroboros"):
         assert "tok/s" in page.locator(f"#stats-{lane}").inner_text()
@@ -290,92 +313,10 @@ def test_race_renders_coloured_identical_lanes_and_never_runs_prompt_html(page, 
     assert page.errors == []
 
 
-def test_stop_ends_a_long_race_and_the_page_runs_again(page):
-    # On a busy machine the page lags far behind the stream it renders, and every locator step waits its turn
-    # on the page's main thread: by the time a locator-driven click lands the race is over. A raw mouse click
-    # at a spot measured beforehand goes in as input, as a visitor's would.
-    start_race(page, CODE_PROMPT, 512)
-    page.locator(
-        "#lane-ouroboros .cursor"
-    ).wait_for()  # the run is streaming, so it is under way on the server
-    stop = page.locator(
-        "#stop-near"
-    ).bounding_box()  # Run scrolled the race into view, with this Stop beside it
-    page.mouse.click(stop["x"] + stop["width"] / 2, stop["y"] + stop["height"] / 2)
-    badge = finished_badge(page)
-
-    assert "Stopped" in badge
-    assert lane_tokens(page, "vanilla") < 512  # the slower lane, still running when Stop went out
-
-    start_race(page, CODE_PROMPT, 8)
-    sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical")
-    assert page.errors == []
-
-
-def test_stop_while_waiting_in_the_queue_is_not_lost(page, app_server):  # noqa: F811
-    """Run, then Stop while the race waits for the device behind other callers' races.
-
-    Why the race is sure to be waiting when the Stop is handled: eight 512-token API races hold the device
-    and all of them have joined the queue before Run is pressed, so the race starts only after all eight have
-    ended, minutes of compute, while the Stop is a click and a handler outside the device's queue, seconds
-    even on a starved page (they are cancelled only once the Stop has been handled). Nothing from outside can
-    hold the device for longer: every race ends by itself within the token cap. The server's own order of
-    events confirms it, and a race that started first fails the test rather than skipping it."""
-    page.locator("#prompt textarea").fill(CODE_PROMPT)
-    set_max_new_tokens(page, 512)
-    run = page.locator("#run").bounding_box()
-    client = app_server.client()
-    busy = [client.submit(CODE_PROMPT, 512, api_name="/race") for _ in range(8)]
-    deadline = time.monotonic() + 60
-    waiting = {"STARTING", "JOINING_QUEUE"}
-    while True:
-        codes = [job.status().code.name for job in busy]
-        assert not {"QUEUE_FULL", "FINISHED", "CANCELLED"} & set(codes), codes
-        if not waiting & set(codes) and {"PROCESSING", "ITERATING", "PROGRESS"} & set(codes):
-            break  # all eight are in the queue, ahead of the race, and the first holds the device
-        assert time.monotonic() < deadline, f"the busy requests never all joined the queue: {codes}"
-        time.sleep(0.05)
-    event_ids = {}
-    # Stop only once the race itself has joined the queue (after whatever Run does first).
-    for name, button, joined in (("race", "#run", is_race_join), ("stop", "#stop-near", is_join)):
-        box = (
-            run if name == "race" else page.locator(button).bounding_box()
-        )  # Run scrolled to the race's Stop
-        with page.expect_response(lambda response: joined(response.request)) as response:
-            page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        event_ids[name] = response.value.json()["event_id"]
-    page.wait_for_function(
-        "id => window.__queue_messages.some(([msg, event]) => msg === 'process_completed' "
-        "&& event === id)",
-        arg=event_ids["stop"],
-    )
-    messages = page.evaluate("window.__queue_messages")
-    for job in busy:
-        job.cancel()
-    started_first = ["process_starts", event_ids["race"]] in messages
-    assert not started_first, (
-        "the race started before the Stop was handled: eight races ended within two clicks"
-    )
-
-    # The race starts with its stop flag set, so it ends before its first step: any token means Stop was lost.
-    page.wait_for_function("""() => document.querySelector('#badge .badge')
-        || /[1-9][0-9]* tokens?/.test(document.querySelector('#stats-vanilla').innerText)""")
-    stats = page.locator("#stats-vanilla").inner_text()
-    assert page.locator("#badge .badge").count(), (
-        f"Stop pressed while the race was queued was ignored: {stats}"
-    )
-    assert "Stopped" in finished_badge(page), (
-        f"Stop pressed while the race was queued was ignored: {stats}"
-    )
-
-    start_race(page, CODE_PROMPT, 8)
-    sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical")
-    assert page.errors == []
-
-
 def test_a_bad_input_gets_one_message_beside_it_and_no_error_over_the_outputs(page):
-    # Before the race is queued the page's inputs are checked: the message sits beside the prompt, once; no
-    # toast, no "Error" over every output (an earlier page showed 16 error marks and a toast for this).
+    # Before the race is queued the page's inputs are checked: the message sits beside the prompt,
+    # once; no toast, no "Error" over every output (an earlier page showed 16 error marks and a
+    # toast for this).
     page.locator("#prompt textarea").fill("   ")
     page.locator("#run").click()
     sync_api.expect(page.locator("#prompt")).to_contain_text(
@@ -400,68 +341,3 @@ def test_clear_empties_the_lanes(page):
         sync_api.expect(page.locator(f"#{element} .prose")).to_have_text("")
     sync_api.expect(page.locator("#prompt textarea")).to_have_value("")
     assert page.errors == []
-
-
-RACE_LINE = re.compile(
-    r"race (\S+): vanilla (\d+) tokens (\S+) [\d.]+ s, ouroboros (\d+) tokens (\S+) [\d.]+ s"
-)
-
-
-def test_closing_the_tab_mid_race_frees_the_device(browser, page, app_server):  # noqa: F811
-    """A visitor who closes the tab while their race runs stops it, so the next visitor does not wait for a race
-    nobody watches. Two things can end it: Gradio closing the handler when the page's queue stream drops (the
-    race's log line then says "unfinished"), or demo.unload's Sessions.leave setting the session's stop flag
-    (then "cancelled"); whichever comes first, the race must end well short of its 512 tokens."""
-    has_log = hasattr(app_server, "log_text")
-    before = set(app_server.log_text().splitlines()) if has_log else set()
-    # The leaving visitor gets a context of their own: closing it is closing the tab, connections and all.
-    leaving_context = browser.new_context(viewport={"width": 1280, "height": 1000})
-    try:
-        leaving_context.set_default_timeout(RACE_TIMEOUT_MS)
-        leaving = leaving_context.new_page()
-        leaving.route(
-            "**/*",
-            lambda route: (
-                route.continue_() if route.request.url.startswith(app_server.url) else route.abort()
-            ),
-        )
-        leaving.goto(app_server.url, wait_until="domcontentloaded")
-        leaving.locator("#run").wait_for()
-        start_race(leaving, CODE_PROMPT, 512)
-        # Tokens in the lane: the race is under way on the server ("attached": the first may be a bare newline).
-        leaving.locator("#lane-ouroboros .tok").first.wait_for(state="attached")
-    finally:
-        leaving_context.close()
-
-    start_race(page, CODE_PROMPT, 8)
-    sync_api.expect(page.locator("#badge .badge")).to_contain_text("Identical")
-    assert page.errors == []
-    if not has_log:
-        # Only the server knows whether the race was stopped or ran out: from outside, the two differ only in
-        # how long the next visitor waits, which on a shared machine proves nothing. The launched app's log
-        # (the default fixture) always has it; an app at $OUROBOROS_APP_URL does not.
-        pytest.skip("the app at $OUROBOROS_APP_URL has no log to read the closed tab's race from")
-
-    # The closed tab's race ended early: its line ("race <session>: ...") has a lane cut short.
-    def stopped_races():
-        lines = [
-            RACE_LINE.search(line)
-            for line in app_server.log_text().splitlines()
-            if line not in before
-        ]
-        return [
-            match
-            for match in lines
-            if match
-            and match.group(1) != "api"
-            and {match.group(3), match.group(5)} & {"cancelled", "unfinished"}
-        ]
-
-    deadline = time.monotonic() + 30
-    while not stopped_races() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    stopped = stopped_races()
-    assert stopped, f"the closed tab's race was not stopped:\n{app_server.log_text()}"
-    assert all(int(match.group(2)) < 512 for match in stopped), [
-        match.group(0) for match in stopped
-    ]
