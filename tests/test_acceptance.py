@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-import ouroboros_core.engine as engine_module
+import ouroboros_core.decode as decode_module
 from engine_checks import PROMPTS, REPETITIVE_PROMPTS, check_events
 from ouroboros_core import Engine, load_engine
 from ouroboros_core.cache import cache_length
@@ -85,7 +85,7 @@ def verify_forwards(monkeypatch):
     """Every verify forward of the decode loop during the test (the drafters' forwards are not
     recorded)."""
     seen = []
-    forward_tree = engine_module.forward_tree
+    forward_tree = decode_module.forward_tree
 
     def recording(model, cache, pending, trunk, branches, offsets=None, attach=None):
         past, fed = cache_length(cache), {}
@@ -112,7 +112,7 @@ def verify_forwards(monkeypatch):
         )
         return logits
 
-    monkeypatch.setattr(engine_module, "forward_tree", recording)
+    monkeypatch.setattr(decode_module, "forward_tree", recording)
     return seen
 
 
@@ -333,7 +333,7 @@ def test_the_embedded_pair_commits_only_the_targets_own_choices(
 def plant(monkeypatch, forwards, keep):
     """Replace the loop's acceptance walk by one that also keeps trunk token i where
     keep(forward, i) says so."""
-    walk_tree = engine_module.walk_tree
+    walk_tree = decode_module.walk_tree
 
     def planted(trunk, branches, trunk_tokens, branch_tokens, attach=None):
         forward, kept = forwards[-1], 0
@@ -341,7 +341,7 @@ def plant(monkeypatch, forwards, keep):
             kept += 1
         return walk_tree(trunk, branches, trunk[:kept] + trunk_tokens[kept:], branch_tokens, attach)
 
-    monkeypatch.setattr(engine_module, "walk_tree", planted)
+    monkeypatch.setattr(decode_module, "walk_tree", planted)
 
 
 def draft_gap(forward: VerifyForward, i: int) -> float:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-import ouroboros_core.engine as engine_module
+import ouroboros_core.decode as decode_module
 import ouroboros_core.trunk as trunk_module
 from chi_square import Cells, assert_follows_the_target
 from conftest import build_model, noisy_copy
@@ -112,7 +112,7 @@ class Walk:
 def walks(monkeypatch):
     """Every acceptance walk of the decode loop during the test, with what the drafter proposed."""
     seen, looked_up = [], []
-    walk_tree, propose = engine_module.walk_tree, Ouroboros.propose
+    walk_tree, propose = decode_module.walk_tree, Ouroboros.propose
 
     def recording_propose(self, committed, limit):
         proposal = propose(self, committed, limit)
@@ -126,7 +126,7 @@ def walks(monkeypatch):
         return verdict
 
     monkeypatch.setattr(Ouroboros, "propose", recording_propose)
-    monkeypatch.setattr(engine_module, "walk_tree", recording_walk)
+    monkeypatch.setattr(decode_module, "walk_tree", recording_walk)
     return seen
 
 
