@@ -29,7 +29,7 @@ STAT_KEYS = {
 
 
 @pytest.fixture(scope="module")
-def client(app_server):  # noqa: F811
+def client(app_server):
     return app_server.client()
 
 
@@ -160,7 +160,7 @@ def test_prompt_longer_than_the_context_is_refused(client):
     assert_serving(client)
 
 
-def test_cancelled_job_ends_its_race_and_leaves_the_app_serving(client, app_server):  # noqa: F811
+def test_cancelled_job_ends_its_race_and_leaves_the_app_serving(client, app_server):
     # Cancel once the race streams: gradio_client can only tell the server which job to cancel once
     # the server has named it (a cancel sent sooner, as a loaded machine made a fixed 0.3 s wait do,
     # is lost in the client, and the race then ran all 512 tokens).
@@ -239,7 +239,7 @@ def test_bad_sampling_settings_get_a_clear_error(client, temperature, top_p, see
         )
 
 
-def test_the_idle_app_uses_under_one_percent_of_a_core(app_server):  # noqa: F811
+def test_the_idle_app_uses_under_one_percent_of_a_core(app_server):
     psutil = pytest.importorskip("psutil")
     process = getattr(app_server, "process", None)
     if process is None:

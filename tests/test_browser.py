@@ -144,7 +144,7 @@ def context(browser):
 
 
 @pytest.fixture
-def page(context, app_server):  # noqa: F811
+def page(context, app_server):
     page = open_page(context, app_server.url)
     yield page
     page.close()

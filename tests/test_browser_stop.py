@@ -46,7 +46,7 @@ def test_stop_ends_a_long_race_and_the_page_runs_again(page):
     assert page.errors == []
 
 
-def test_stop_while_waiting_in_the_queue_is_not_lost(page, app_server):  # noqa: F811
+def test_stop_while_waiting_in_the_queue_is_not_lost(page, app_server):
     """Run, then Stop while the race waits for the device behind other callers' races.
 
     Why the race is sure to be waiting when the Stop is handled: eight 512-token API races hold the
@@ -135,7 +135,7 @@ def race_in_a_tab_then_close_it(browser, url: str) -> None:
         leaving_context.close()
 
 
-def stopped_races(app_server, before: set[str]) -> list[re.Match]:  # noqa: F811
+def stopped_races(app_server, before: set[str]) -> list[re.Match]:
     """The log's new lines of visitors' races (not the API's) with a lane cancelled or cut short."""
     lines = [
         RACE_LINE.search(line) for line in app_server.log_text().splitlines() if line not in before
@@ -149,7 +149,7 @@ def stopped_races(app_server, before: set[str]) -> list[re.Match]:  # noqa: F811
     ]
 
 
-def test_closing_the_tab_mid_race_frees_the_device(browser, page, app_server):  # noqa: F811
+def test_closing_the_tab_mid_race_frees_the_device(browser, page, app_server):
     """A visitor who closes the tab while their race runs stops it, so the next visitor does not
     wait for a race nobody watches. Two things can end it: Gradio closing the handler when the
     page's queue stream drops (the race's log line then says "unfinished"), or demo.unload's

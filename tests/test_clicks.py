@@ -30,7 +30,7 @@ def boxes(page, *selectors):
     return [page.locator(selector).bounding_box() for selector in selectors]
 
 
-def whole_log(app_server) -> list[str]:  # noqa: F811
+def whole_log(app_server) -> list[str]:
     """Every line the launched app has logged (log_text() keeps only the tail, which shifts as the
     log grows)."""
     if not hasattr(app_server, "log"):
@@ -38,7 +38,7 @@ def whole_log(app_server) -> list[str]:  # noqa: F811
     return Path(app_server.log.name).read_text(errors="replace").splitlines()
 
 
-def races_logged(app_server, since: int) -> list[tuple]:  # noqa: F811
+def races_logged(app_server, since: int) -> list[tuple]:
     """(visitor, vanilla tokens, how vanilla ended) of each page race the server logged after
     `since` lines."""
     return [
@@ -48,11 +48,11 @@ def races_logged(app_server, since: int) -> list[tuple]:  # noqa: F811
     ]
 
 
-def log_length(app_server) -> int:  # noqa: F811
+def log_length(app_server) -> int:
     return len(whole_log(app_server))
 
 
-def test_run_during_a_race_restarts_it_with_the_new_prompt(page, app_server):  # noqa: F811
+def test_run_during_a_race_restarts_it_with_the_new_prompt(page, app_server):
     since = log_length(app_server)
     start_race(page, CODE_PROMPT, 512)
     page.locator("#lane-ouroboros .cursor").wait_for()  # the first race streams
@@ -70,7 +70,7 @@ def test_run_during_a_race_restarts_it_with_the_new_prompt(page, app_server):  #
     assert page.errors == []
 
 
-def test_stop_then_run_at_once_never_loses_the_stop(page, app_server):  # noqa: F811
+def test_stop_then_run_at_once_never_loses_the_stop(page, app_server):
     start_race(page, CODE_PROMPT, 512)
     page.locator("#lane-ouroboros .cursor").wait_for()
     # Run and Stop side by side again, as a visitor scrolled back up

@@ -38,7 +38,7 @@ def in_viewport(page, selector: str) -> bool:
     return box["top"] >= 0 and box["top"] < height
 
 
-def no_traceback_since(app_server, since: int) -> None:  # noqa: F811
+def no_traceback_since(app_server, since: int) -> None:
     logged = "\n".join(whole_log(app_server)[since:])
     assert "Traceback" not in logged, logged[-3000:]
 
@@ -100,7 +100,7 @@ def test_a_refused_run_shows_its_message_not_the_empty_lanes(page, size):
     assert page.errors == []
 
 
-def test_a_20000_character_paste_is_kept_whole_and_refused_in_tokens(page, size, app_server):  # noqa: F811
+def test_a_20000_character_paste_is_kept_whole_and_refused_in_tokens(page, size, app_server):
     since = log_length(app_server)
     # a 0 typed in a slider's box: no traceback
     typed = page.get_by_label("number input for Max new tokens")
@@ -131,7 +131,7 @@ def test_a_20000_character_paste_is_kept_whole_and_refused_in_tokens(page, size,
 
 
 @pytest.mark.parametrize("seed, shown", [("-1", "-1"), ("1.5", "1.5"), ("3e9", "3000000000")])
-def test_a_seed_out_of_range_gets_the_app_sentence_beside_it(page, size, seed, shown, app_server):  # noqa: F811
+def test_a_seed_out_of_range_gets_the_app_sentence_beside_it(page, size, seed, shown, app_server):
     laptop_only(size)
     since = log_length(app_server)
     open_sampling(page)
@@ -174,7 +174,7 @@ def test_an_empty_seed_draws_one_and_the_page_says_which(page, size):
 
 
 @pytest.mark.parametrize("step", ["0", "past the end"])
-def test_a_step_outside_the_race_gets_a_sentence_in_the_inspector(page, size, step, app_server):  # noqa: F811
+def test_a_step_outside_the_race_gets_a_sentence_in_the_inspector(page, size, step, app_server):
     laptop_only(size)
     start_race(page, CODE_PROMPT, 24)
     finished_badge(page)
@@ -193,7 +193,7 @@ def test_a_step_outside_the_race_gets_a_sentence_in_the_inspector(page, size, st
     assert page.errors == []
 
 
-def test_the_page_forward_counts_are_the_lanes_target_forwards(page, size, app_server):  # noqa: F811
+def test_the_page_forward_counts_are_the_lanes_target_forwards(page, size, app_server):
     laptop_only(size)
     start_race(page, CODE_PROMPT, 48)
     finished_badge(page)
@@ -210,7 +210,7 @@ def test_the_page_forward_counts_are_the_lanes_target_forwards(page, size, app_s
 
 def test_run_says_when_it_waits_for_the_device_and_its_place_then_that_it_races(
     browser, size, app_server
-):  # noqa: F811
+):
     """Two visitors: the first one's page says its race is racing; while that long race holds the
     device, the second one's Run says it waits, with its place in the queue (Gradio's own tracker,
     beside the legend where Run scrolled to), and its race runs once the first is stopped."""

@@ -65,7 +65,7 @@ def seen_stages(page, until: str, timeout_s: float) -> list[str]:
     return seen
 
 
-def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, slow_hub_app):  # noqa: F811
+def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, slow_hub_app):
     context = open_context(browser, 1400, 900)
     try:
         served = time.monotonic()
@@ -117,7 +117,7 @@ def failing_app():
 
 def test_a_pair_that_cannot_load_says_what_to_set_and_the_server_keeps_serving(
     browser, failing_app
-):  # noqa: F811
+):
     sentence = (
         "The model pair could not be loaded: OUROBOROS_PRESET='qwen-coder-7' is not a preset: "
         "set it to one of smollm2, demo, qwen-coder-7b"

@@ -32,7 +32,7 @@ PANELS = """() => ['#knobs', '#sampling', '#settings'].map(selector => {
   return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, width: r.width}; })"""
 
 
-def hold_the_device(app_server):  # noqa: F811
+def hold_the_device(app_server):
     """A long API race that holds the device (cancel it to let the next race start), once it has
     started."""
     job = app_server.client().submit(CODE_PROMPT, 512, api_name="/race")
@@ -43,7 +43,7 @@ def hold_the_device(app_server):  # noqa: F811
     return job
 
 
-def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, app_server):  # noqa: F811
+def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, app_server):
     start_race(page, CODE_PROMPT, 8)
     finished_badge(page)
     replay = page.locator("#replay")
@@ -102,7 +102,7 @@ def test_the_legend_names_only_the_sources_the_race_can_show(page):
     assert page.errors == []  # the other settings' legends: tests/test_render.py
 
 
-def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_server):  # noqa: F811
+def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_server):
     client, since = app_server.client(), log_length(app_server)
     loaded(page)
     page.locator("#prompt textarea").fill(CODE_PROMPT)
@@ -132,7 +132,7 @@ def test_an_out_of_range_token_count_is_refused_like_the_api_does(page, app_serv
 @pytest.mark.parametrize("width, height", [(390, 844), (1400, 900)], ids=["phone", "laptop"])
 def test_the_settings_panels_stack_on_a_phone_and_sit_side_by_side_on_a_laptop(
     browser,
-    app_server,  # noqa: F811
+    app_server,
     width,
     height,
 ):

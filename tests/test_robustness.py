@@ -40,7 +40,7 @@ TRACEBACK_MARKS = ("Traceback", 'File "')
 
 
 @pytest.fixture(scope="module")
-def client(app_server):  # noqa: F811
+def client(app_server):
     return app_server.client()
 
 
@@ -173,7 +173,7 @@ def test_bad_knob_is_refused_by_name_and_range(client, knob, value):
     assert_serving(client)
 
 
-def test_an_expected_refusal_is_one_log_line_without_a_traceback(client, app_server):  # noqa: F811
+def test_an_expected_refusal_is_one_log_line_without_a_traceback(client, app_server):
     if not hasattr(app_server, "log_text"):
         pytest.skip("the app at $OUROBOROS_APP_URL has no log to read")
     before = set(app_server.log_text().splitlines())  # the log's tail; its lines carry timestamps
@@ -216,7 +216,7 @@ NONFINITE = [("max_new_tokens", value) for value in (math.nan, math.inf, -math.i
 def test_non_finite_number_is_refused_by_name_and_range(
     client,
     app_server,
-    name,  # noqa: F811
+    name,
     value,
 ):
     if name == "max_new_tokens":
@@ -262,7 +262,7 @@ RACE_LINE = re.compile(
 )
 
 
-def test_cancelled_api_race_stops_early_and_frees_the_device(client, app_server):  # noqa: F811
+def test_cancelled_api_race_stops_early_and_frees_the_device(client, app_server):
     has_log = hasattr(app_server, "log_text")
     before = set(app_server.log_text().splitlines()) if has_log else set()
     job = client.submit(CODE_PROMPT, MAX_NEW_TOKENS, None, None, None, None, api_name="/race")
@@ -302,7 +302,7 @@ def test_cancelled_api_race_stops_early_and_frees_the_device(client, app_server)
     assert int(cancelled.group(2)) < MAX_NEW_TOKENS, cancelled.group(0)
 
 
-def test_race_ratio_tool_reads_the_lanes_own_clocks(app_server):  # noqa: F811
+def test_race_ratio_tool_reads_the_lanes_own_clocks(app_server):
     """tools/race_ratio.py, which the README's /race figures come from, on two short races."""
     from ouroboros_core.tools.race_ratio import measure
 

@@ -52,7 +52,7 @@ def test_tab_newlines_and_form_feed_are_accepted(client):
 
 
 @pytest.mark.parametrize("surrogate", ["\ud800", "\udfff"], ids=["high", "low"])
-def test_lone_surrogate_is_refused_without_a_traceback(client, app_server, surrogate):  # noqa: F811
+def test_lone_surrogate_is_refused_without_a_traceback(client, app_server, surrogate):
     prefix = CODE_PROMPT + "    # "
     message = raw_error(app_server.url, prefix + surrogate + "\n", 8)
     assert "surrogate" in message.lower(), message
@@ -61,7 +61,7 @@ def test_lone_surrogate_is_refused_without_a_traceback(client, app_server, surro
     assert_serving(client)
 
 
-def test_escaped_surrogate_pair_is_one_valid_character(client, app_server):  # noqa: F811
+def test_escaped_surrogate_pair_is_one_valid_character(client, app_server):
     # "\ud83d\ude00" in JSON is the one character U+1F600, not two lone surrogates: it must be
     # accepted.
     event, payload, stream = raw_race(app_server.url, "# \U0001f600 smile\n" + CODE_PROMPT, 8)

@@ -42,7 +42,7 @@ def size(request):
 
 
 @pytest.fixture(scope="module")
-def context(browser, size):  # noqa: F811
+def context(browser, size):
     context = open_context(browser, *SIZES[size])
     yield context
     context.close()
