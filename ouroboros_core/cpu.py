@@ -200,9 +200,9 @@ def set_torch_threads(environ: Mapping[str, str] = os.environ) -> ThreadChoice:
 
 
 # The share of its threads' CPU time below which a step counts as starved: torch's threads spin
-# while they wait, so on a quiet machine a step's CPU time is nearly its wall time times the threads
-# (0.9 measured with 2 threads on 2 cores); with another job holding a core it fell to 0.6, and each
-# step took 3 times as long.
+# while they wait, so on a quiet machine a step's CPU time is nearly its wall time times the
+# threads; with another job holding a core the share falls well below, and steps take several
+# times as long (docs/BENCHMARKS.md, *The constants behind the code*).
 BUSY_SHARE = 0.75
 # wall time of steps summed before the share is judged: a few steps, not one noisy one
 WINDOW_S = 0.5

@@ -28,10 +28,7 @@ from .int8 import INT8_TOLERANCE, Int8Linear, int8_kernel_fits, int8_layers
 
 LEAN_TYPES = ("llama", "mistral", "qwen2")
 # Up to this many rows the int8 weights beat float32 on a CPU whose caches the target has just
-# flushed (the embedded draft's matrices after 80 MB of other reads, AVX-512: 1 row 0.45 vs 1.13 ms,
-# 2 rows 0.32 vs 1.47, 8 rows 0.61 vs 1.32; 16 rows 1.2 vs 1.9, 150 rows 9.9 vs 8.0; with torch's
-# AVX2 kernels alike). The float16 copies used before cost 1.05 ms for 2 rows and 2.5 for 8: CPU
-# float16 matmuls slow down with every row.
+# flushed; past it float32 wins again (docs/BENCHMARKS.md, *The constants behind the code*).
 NARROW_ROWS = 8
 # rotary kinds whose cos and sin depend on the position alone
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")

@@ -31,9 +31,8 @@ import torch.nn.functional as F
 from . import attention
 
 # Smaller models are left as they are: their weights stay in the CPU's caches, where torch's own
-# products for a few rows are already cheap and the packed ones cost more (the embedded 7M-parameter
-# target: 16.6 against 13.8 ms for one row, 25.3 against 19.3 for eight; tools.forward_costs, 1
-# thread).
+# products for a few rows are already cheap and the packed ones cost more (docs/BENCHMARKS.md, *The
+# constants behind the code*).
 MIN_PARAMETERS = 32_000_000
 PACKED_ROWS = 16  # the row count oneDNN lays the weights out for (a verification's usual size)
 # of 1 + the largest output: float sums in another order, never a different product

@@ -43,8 +43,8 @@ def tree_layout(
     positions = list(range(past, past + run))
     # Additive float, not boolean: eager attention silently mishandles a boolean 4D mask. The causal
     # run in one op, each branch row from Python and laid in at once, after the cache's columns (all
-    # attended): a step's tree of four branches took 358 us in elementwise edits per branch, a fifth
-    # of that so; a long prompt's run stays one op.
+    # attended): fewer tensor edits than one per branch (docs/BENCHMARKS.md, *The constants behind
+    # the code*); a long prompt's run stays one op.
     blocked = torch.finfo(dtype).min
     block = torch.full((n, n), blocked, dtype=dtype, device=device).triu_(1)
     rows = []
