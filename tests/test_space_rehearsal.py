@@ -73,6 +73,25 @@ def test_the_race_check_wants_identical_lanes_and_the_log_no_traceback():
             "ValueError: Invalid file descriptor: -1",
         )
     ]
+    # A weights-loading bar another thread redraws inside the traceback: the same one traceback.
+    bar = "\rLoading weights:   0%|          | 0/29 [00:00<?, ?it/s]"
+    barred = (
+        "Exception ignored in: <function BaseEventLoop.__del__>\n"
+        'Traceback (most recent call last):\n  File "y"\n'
+        f"{bar}    self._remove_reader(fd)\n"
+        f'  File "z"\n{bar}\rLoading weights: 100%|##########| 29/29 [00:00<00:00, 9.1it/s]\n'
+        "ValueError: Invalid file descriptor: -1\n"
+    )
+    assert log_tracebacks(barred) == (
+        [],
+        [
+            (
+                "Exception ignored in: <function BaseEventLoop.__del__>",
+                "ValueError: Invalid file descriptor: -1",
+            )
+        ],
+    )
+    assert "other exception" not in ignored_note(barred)
 
 
 def test_the_rehearsal_keeps_its_logs_and_explains_gradios_discarded_event_loops(

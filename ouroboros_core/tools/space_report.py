@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 
@@ -47,11 +48,23 @@ def race_problems(result) -> list[str]:
     return problems
 
 
+# A progress bar (tqdm's, as transformers loads weights) redrawn after a carriage return: another
+# thread's bar can land inside a traceback's lines.
+PROGRESS_BAR = re.compile(r"[^\r\n|]*\d+%\|[^|\n]*\|[^\[\n]*\[[^\]\n]*\]")
+
+
+def log_lines(log: str) -> list[str]:
+    """The log's lines with progress bars taken out, and blank ones (a bar's carriage returns read
+    as line breaks, as a file read as text turns them into; a traceback holds no blank line)."""
+    lines = (PROGRESS_BAR.sub("", line) for line in log.splitlines())
+    return [line for line in lines if line.strip()]
+
+
 def log_tracebacks(log: str) -> tuple[list[str], list[tuple[str, str]]]:
     """The closing line of each traceback in the app's log: those raised, and, with the line that
     names where, those Python ignored (an error in a __del__, such as DISCARDED_LOOP's)."""
     raised, ignored = [], []
-    lines = log.splitlines()
+    lines = log_lines(log)
     for i, line in enumerate(lines):
         if line.startswith("Traceback (most recent call last)"):
             end = next(
