@@ -9,7 +9,7 @@ from __future__ import annotations
 from .config import OuroborosConfig, SpeculativeConfig
 from .draft_runner import DraftRunner
 from .events import Source
-from .lookup import ContextLookup
+from .lookup import ContextLookup, StoredLookup
 from .phrases import PoolPhrases
 from .pool import PhrasePool
 from .proposal import Proposal
@@ -64,13 +64,15 @@ class Speculative(Vanilla):
 
 
 class Ouroboros(Vanilla):
-    """Phrase by phrase (Zhao et al. 2024), from three proposers composed into one tree: the draft's
+    """Phrase by phrase (Zhao et al. 2024), from proposers composed into one tree: the draft's
     trunk and its other choices (trunk.DraftTrunk), a copy of what followed the text's last tokens
-    before (lookup.ContextLookup), and pool phrases after the trunk (phrases.PoolPhrases, whose
-    lookahead window rides in the draft's forwards and fills the pool).
+    before (lookup.ContextLookup), where the draft's folder stores the target's answers a walk of
+    what they most often wrote next (lookup.StoredLookup, `store`: answers.AnswerStore), and pool
+    phrases after the trunk (phrases.PoolPhrases, whose lookahead window rides in the draft's
+    forwards and fills the pool).
 
-    Branches in the tree: the copy, then the draft's other choices, then the pool phrases. Each
-    proposer observes the verdict on its own part, through what the proposal carries.
+    Branches in the tree: the copy, the stored walk, then the draft's other choices, then the pool
+    phrases. Each proposer observes the verdict on its own part, through what the proposal carries.
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class Ouroboros(Vanilla):
         pool: PhrasePool,
         max_positions: int = 1 << 30,
         sampler: Sampler | None = None,
+        store=None,
     ):
         sampler = sampler or Sampler()  # the target's rule: the draft guesses with the same noise
         # Sampled, rows the target would rarely keep are left out: a verified row costs more than
@@ -90,6 +93,10 @@ class Ouroboros(Vanilla):
         self.trunk = DraftTrunk(DraftRunner(model), config, sampler, self.phrases, max_positions)
         self.lookup = ContextLookup(config, trims)
         self.proposers = (self.lookup, self.trunk, self.phrases)
+        self.stored = None  # the target's stored answers, where the draft's folder has them
+        if store is not None and config.stored_answers:
+            self.stored = StoredLookup(config, store)
+            self.proposers += (self.stored,)
 
     def start(self, prompt_ids: list[int]) -> None:
         self.phrases.start(prompt_ids)
@@ -98,6 +105,8 @@ class Ouroboros(Vanilla):
         trunk = self.trunk.propose(committed, limit, copying=self.lookup.leads)
         proposal = Proposal(trunk.tokens, trunk.sources)
         proposal.add(self.lookup.propose(committed, limit, trunk))
+        if self.stored is not None:
+            proposal.add(self.stored.propose(committed, limit, trunk))
         proposal.add(trunk.alternatives)
         proposal.add(self.phrases.propose(committed, limit, trunk, proposal.after_trunk()))
         return proposal

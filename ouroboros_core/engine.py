@@ -86,7 +86,10 @@ def pick_drafter(engine, method: str, method_config, sampler: Sampler, pool: Phr
         return Speculative(engine.draft_forward(), method_config, sampler)
     if pool is None:
         pool = PhrasePool(method_config.guess_set, method_config.pool_size)
-    return Ouroboros(engine.draft_forward(), method_config, pool, engine.max_context, sampler)
+    store = getattr(engine.draft, "answer_store", None)
+    return Ouroboros(
+        engine.draft_forward(), method_config, pool, engine.max_context, sampler, store
+    )
 
 
 class Engine:

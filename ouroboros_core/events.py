@@ -15,7 +15,9 @@ class Source(str, Enum):
     TARGET = "target"  # the target's own token (argmax or sample) after the accepted drafts
     DRAFT = "draft"  # proposed by the draft model
     POOL = "pool"  # proposed from a phrase pool entry (draft lookahead window or a target verdict)
-    PROMPT = "prompt"  # proposed by looking the phrase up in the prompt or the text so far
+    # proposed by looking the phrase up in the prompt or the text so far, or walking the target's
+    # stored answers to other requests (answers.py)
+    PROMPT = "prompt"
 
 
 @dataclass(frozen=True)

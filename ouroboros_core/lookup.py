@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .config import OuroborosConfig
 from .events import Source
-from .fitted import TRUST_PRIOR
+from .fitted import STORED_ABOVE, TRUST_PRIOR
 from .proposal import Branches, Proposal
 from .verify import Verdict
 
@@ -109,16 +109,22 @@ class ContextLookup:
     def __init__(self, config: OuroborosConfig, trims: bool):
         self.config = config
         self.trims = trims  # sampled and lookup_above > 0: copies end where they rarely stand
-        self.trust = LookupTrust(LOOKUP_LONGEST, config.lookup)
+        self.length = config.lookup  # L: the copy's most tokens
+        self.above = config.lookup_above  # trimmed: a token's least chance of standing
+        self.trust = LookupTrust(LOOKUP_LONGEST, max(self.length, 1))
         self.leads = False  # the latest copy ran long: the text repeats, let lookup lead
+
+    def find(self, committed: list[int], length: int) -> tuple[list[int], int]:
+        """Up to `length` tokens to propose, and how many of the text's last tokens they follow."""
+        return context_lookup(committed, length)
 
     def propose(self, committed: list[int], limit: int, trunk) -> Branches:
         """trunk: the draft's trunk (trunk.Trunk) the copy hangs on."""
         cfg = self.config
-        if not (cfg.lookup and cfg.prompt_lookup and limit > 0):
+        if not (self.length and cfg.prompt_lookup and limit > 0):
             return Branches(self.name)
         # Found is at most `limit` long, so it fits after the part it shares with the trunk.
-        found, matched = context_lookup(committed, min(cfg.lookup, limit))
+        found, matched = self.find(committed, min(self.length, limit))
         common = 0
         while common < min(len(found), len(trunk.tokens)) and found[common] == trunk.tokens[common]:
             common += 1
@@ -144,7 +150,7 @@ class ContextLookup:
         reach = math.prod(trunk.stands[:common]) * (1.0 - trunk.stands[common] if parts else 1.0)
         if parts and found[common] not in trunk.choices.get(common, (found[common],)):
             reach = 0.0
-        return self.trust.length(matched, reach, len(found) - common, self.config.lookup_above)
+        return self.trust.length(matched, reach, len(found) - common, self.above)
 
     def observe(
         self,
@@ -159,3 +165,28 @@ class ContextLookup:
         copy = proposal.notes.get(self.name)
         if copy is not None and verdict.trunk_accepted == copy.hangs:  # the target reached the copy
             self.trust.observe(copy.matched, copy.length, verdict.branch_accepted if walked else 0)
+
+
+class StoredLookup(ContextLookup):
+    """Proposes what the target's stored answers most often wrote after the text's last tokens
+    (answers.AnswerStore), as one more branch hung where it parts from the draft's trunk, like a
+    context copy. Up to `stored_answers` tokens, greedy or sampled ended where a token's chance of
+    standing falls to STORED_ABOVE (how far this request's stored walks stood, by how many tokens
+    keyed them, times the chance that the target reaches the branch): most of such a walk is a
+    guess, and each row costs the target's forward. It never makes the drafter stop drafting."""
+
+    name = "answers"
+
+    def __init__(self, config: OuroborosConfig, store):
+        super().__init__(config, trims=True)
+        self.store = store
+        self.length = config.stored_answers
+        self.above = max(config.lookup_above, STORED_ABOVE)
+        self.trust = LookupTrust(LOOKUP_LONGEST, max(self.length, 1))
+
+    def find(self, committed: list[int], length: int) -> tuple[list[int], int]:
+        return self.store.walk(committed, length)
+
+    def observe(self, committed, old_length, proposal, verdict, trunk_tokens) -> None:
+        super().observe(committed, old_length, proposal, verdict, trunk_tokens)
+        self.leads = False

@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+from .answers import ANSWERS_FILE, read_store
 from .hub import download
 from .load_report import LoadError, LoadStage, Report, ignore, size_text
 from .presets import DEFAULT_PRESET, presets
@@ -94,6 +95,8 @@ def load_model(folder: Path, device, dtype, trust_remote_code: bool, device_map=
         raise
     if not device_map:
         model.to(device)
+    if (folder / ANSWERS_FILE).is_file():
+        model.answer_store = read_store(folder / ANSWERS_FILE, model.config.vocab_size)
     vocabulary = folder / DRAFT_VOCABULARY
     if vocabulary.is_file():
         model.draft_vocabulary = read_vocabulary(

@@ -63,7 +63,7 @@ def test_the_inspector_draws_the_tree_the_walk_and_the_timings():
     )
     assert rows == [
         ("trunk", "trunk", "draft model + pool phrase", "the text so far"),
-        ("branch walked", "branch 1 (walked)", "prompt lookup", "trunk token 1"),
+        ("branch walked", "branch 1 (walked)", "lookup", "trunk token 1"),
         ("branch", "branch 2", "pool phrase", "the whole trunk"),
     ]
     assert chips(html, "kept") == ["a", "x", "a", "x"]  # trunk head; branch head; the walked path
@@ -99,7 +99,7 @@ def test_a_branch_on_an_empty_trunk_follows_the_text_so_far():
     )
     assert rows == [
         ("trunk", "trunk", "-", "the text so far"),
-        ("branch walked", "branch 1 (walked)", "prompt lookup", "the text so far"),
+        ("branch walked", "branch 1 (walked)", "lookup", "the text so far"),
     ]
     assert "whole trunk" not in html and "nothing drafted" in html
 

@@ -14,7 +14,7 @@ from ouroboros_core.race import Lane
 from ui.frames import TEXT_EVERY_S, RaceView, streamed
 from ui.guard import KNOBS, check_race, refuse, room_line, shielded
 from ui.inspect import step_view
-from ui.page import pair_description, pair_settings
+from ui.page import has_store, pair_description, pair_settings
 from ui.racing import Racing, log_race
 from ui.render import legend_html, prompt_tail
 from ui.replay import replay, speed_for
@@ -47,7 +47,7 @@ class RaceHandlers:
         return {
             self.view.armed: self.sessions.arm(request),
             self.view.replay: gr.update(interactive=False),
-            self.view.legend: legend_html(settings),
+            self.view.legend: legend_html(settings, has_store(self.racing.loader.engine)),
         }
 
     @shielded
@@ -206,5 +206,7 @@ class LoadingView:
         }
         if loader.finished and loader.error is None:
             values.update((self.knobs[name], value) for name, value in self.knob_values().items())
-            values[self.legend] = legend_html(pair_settings(loader.engine))
+            values[self.legend] = legend_html(
+                pair_settings(loader.engine), has_store(loader.engine)
+            )
         return values

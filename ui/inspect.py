@@ -14,7 +14,7 @@ from ouroboros_core.race import Lane
 SOURCE_NAMES = {
     Source.DRAFT: "draft model",
     Source.POOL: "pool phrase",
-    Source.PROMPT: "prompt lookup",
+    Source.PROMPT: "lookup",
     Source.TARGET: "the target",
 }
 CONTEXT_CHARS = 80  # how much of the text before the step is shown

@@ -57,6 +57,11 @@ def pair_settings(engine=None) -> dict:
     return {**asdict(OuroborosConfig()), **own}
 
 
+def has_store(engine=None) -> bool:
+    """Whether the loaded pair's draft carries the target's stored answers (answers.py)."""
+    return engine is not None and getattr(engine.draft, "answer_store", None) is not None
+
+
 def pair_description(engine=None) -> str:
     """The pair the host chose and, once it is loaded (`engine`), the device and dtype it runs
     on."""

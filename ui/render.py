@@ -26,18 +26,20 @@ POOL_TITLE = (
 )
 
 
-def legend_html(settings: dict) -> str:
+def legend_html(settings: dict, stored: bool = False) -> str:
     """The legend for an Ouroboros race with these settings (OuroborosConfig's fields, as sent):
     only the sources it can show. The pool is read only as branches (k) or inside the draft's
     forward (draft candidates); without the lookahead window (W) it holds little but the target's
-    tokens over rejected drafts, and seldom pays."""
+    tokens over rejected drafts, and seldom pays. stored: the pair's draft carries the target's
+    answers (answers.py), which lookup walks too."""
 
     def positive(name: str) -> bool:
         value = settings.get(name)
         return isinstance(value, (int, float)) and value > 0
 
     pool = positive("branches") or positive("draft_candidates")
-    lookup = settings.get("prompt_lookup", True) and (positive("lookup") or pool)
+    stored = stored and settings.get("prompt_lookup", True) and positive("stored_answers")
+    lookup = stored or settings.get("prompt_lookup", True) and (positive("lookup") or pool)
     entries = ['<span class="tok tok-draft">accepted from the draft model</span>']
     if pool:
         rare = "" if positive("window") else " (rare with window W at 0)"
@@ -46,9 +48,12 @@ def legend_html(settings: dict) -> str:
             f"phrase{rare}</span>"
         )
     if lookup:
-        entries.append(
-            '<span class="tok tok-prompt">accepted by lookup (the prompt or the text so far)</span>'
+        where = (
+            "the prompt, the text so far or the target's stored answers"
+            if stored
+            else ("the prompt or the text so far")
         )
+        entries.append(f'<span class="tok tok-prompt">accepted by lookup ({where})</span>')
     entries += [
         '<span class="tok tok-target">the target\'s own token</span>',
         '<s class="tok-rejected">drafted, rejected</s>',

@@ -14,6 +14,8 @@ import statistics
 import time
 from pathlib import Path
 
+from ouroboros_core.answers import ANSWERS_FILE
+
 DRAFT = Path(__file__).resolve().parents[2] / "assets" / "models" / "smollm2-draft"
 
 
@@ -108,6 +110,11 @@ teacher-forced on
   those held-out answers): {start_agreement:.1%} before training (the cut target as it was), \
 **{agreement:.1%}**
   after; held-out loss {start_loss} -> {loss} nats per token.
+- **Stored answers** (`answers.json`, {stored_tokens:,} tokens): the target's answers to \
+{stored_answers:,} training
+  requests, each after its request's last 4 tokens, which the engine's lookup walks (what they \
+most often wrote
+  after the text's last 2-4 tokens: `ouroboros_core/answers.py`); none is a held-out request.
 - **Latency ratio** target/draft one-token forward: {ratio}x with transformers, {lean_ratio}x as \
 the engine runs
   the draft. Measured on {machine}.
@@ -118,6 +125,12 @@ the engine runs
 |---|---|---|
 {curve}
 """
+
+
+def stored_store(draft_folder: Path):
+    from ouroboros_core.answers import read_store
+
+    return read_store(draft_folder / ANSWERS_FILE, vocab_size=1 << 30)
 
 
 def write_card(draft_folder: Path) -> str:
@@ -144,6 +157,8 @@ def write_card(draft_folder: Path) -> str:
         d_ms=d_ms,
         lean_ms=lean_ms,
         answers=summary["answers"],
+        stored_tokens=stored_store(draft_folder).tokens,
+        stored_answers=len(json.loads((draft_folder / ANSWERS_FILE).read_text())["answers"]),
         temperatures=", ".join(str(t) for t in summary["temperatures"]),
         answer_tokens=summary["answer_tokens"],
         steps=summary["steps"],

@@ -180,6 +180,22 @@ def write_vocabulary(rows: list[dict], out: Path, vocab_size: int) -> int:
     return len(ids)
 
 
+def write_answers(rows: list[dict], out: Path) -> int:
+    """The target's answers the draft learned from, as the store lookup walks (answers.py): each
+    answer after the last tokens of its request (the chat template's turn marks, which its first
+    tokens follow). Returns their tokens."""
+    from ouroboros_core.answers import ANSWERS_FILE, ORDERS
+
+    answers = [row["ids"][row["prompt_tokens"] - ORDERS[0] :] for row in rows]
+    about = (
+        "The target's answers to the draft's training requests (ouroboros_core/tools/"
+        "chat_requests.py), each after its request's last 4 tokens; written by train_draft"
+    )
+    text = json.dumps({"about": about, "answers": answers}, separators=(",", ":"))
+    (out / ANSWERS_FILE).write_text(text + "\n")
+    return sum(map(len, answers))
+
+
 def first_draft(cfg: DraftTraining, target):
     """The draft training starts from: a saved draft's folder (cfg.start), else the target cut to
     its layers."""
@@ -283,12 +299,14 @@ def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print
     draft.to(torch.bfloat16).save_pretrained(out)
     tokenizer.save_pretrained(out)
     vocabulary = write_vocabulary(rows, out, draft.config.vocab_size)
+    stored = write_answers(rows, out)
     summary = {
         "config": asdict(cfg),
         "steps": steps,
         "wall_s": round(time.perf_counter() - started, 1),
         "answers": len(rows),
         "vocabulary": vocabulary,
+        "stored_answer_tokens": stored,
         "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
         "temperatures": sorted({r["temperature"] for r in rows}),
         "heldout_answers": len(held),

@@ -1,0 +1,85 @@
+"""The target's stored answers as drafts: the store walks what they most often wrote next, loads
+from a draft's folder, and a race that walks it stays the target's own decoding."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from conftest import reference_ids
+from ouroboros_core import LoadError, load_engine
+from ouroboros_core.answers import ANSWERS_FILE, AnswerStore, read_store
+from ouroboros_core.models import ASSETS, load_model
+
+PROMPT = 'def count_words(text):\n    """Return how many words the text holds."""\n'
+N = 48
+
+
+def test_the_walk_follows_the_longest_run_of_last_tokens_the_answers_hold():
+    store = AnswerStore([[1, 2, 3, 4, 5, 6], [9, 3, 4, 7], [8, 3, 4, 7], [0, 2, 3, 4, 5, 6]])
+    # after 2 3 4 the answers wrote 5; after 3 4 alone, 5 twice and 7 twice: the longer run keys it
+    assert store.walk([7, 2, 3, 4], 3) == ([5, 6], 3)
+    assert store.walk([5, 3, 4], 1) == (
+        [5],
+        2,
+    )  # 5 3 4 unseen; after 3 4 the tie goes to 5, seen first
+    assert AnswerStore([[3, 4, 7], [3, 4, 5], [3, 4, 7]]).walk([3, 4], 1) == ([7], 2)  # the most
+    assert store.walk([1, 2, 3, 4], 2) == ([5, 6], 4)
+    assert store.walk([6], 4) == ([], 0)  # nothing followed a lone 6, and one token keys nothing
+    assert store.walk([42, 43], 4) == ([], 0)
+
+
+def test_a_store_file_that_is_not_lists_of_token_ids_is_refused(tmp_path):
+    path = tmp_path / ANSWERS_FILE
+    for text in ("[1, 2]", '{"answers": [[1, 2], [3, "a"]]}', '{"answers": [[1, 99]]}', "{"):
+        path.write_text(text)
+        with pytest.raises(LoadError, match="answers|JSON"):
+            read_store(path, vocab_size=50)
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """The embedded draft's folder with a store holding the target's own answer to PROMPT."""
+    folder = tmp_path_factory.mktemp("stored") / "draft"
+    shutil.copytree(ASSETS / "models" / "draft", folder)
+    target = load_model(ASSETS / "models" / "target", torch.device("cpu"), torch.float32, False)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ASSETS / "models" / "target")
+    prompt_ids = tokenizer(PROMPT)["input_ids"]
+    answer = reference_ids(target, tokenizer, PROMPT, N)
+    (folder / ANSWERS_FILE).write_text(json.dumps({"answers": [prompt_ids[-4:] + answer]}))
+    return folder, answer
+
+
+def test_the_loader_reads_the_folders_store(stored):
+    folder, answer = stored
+    model = load_model(folder, torch.device("cpu"), torch.float32, False)
+    assert model.answer_store.tokens == 4 + len(answer)
+
+
+def test_walking_the_store_keeps_every_method_the_targets_own_and_saves_forwards(stored):
+    folder, answer = stored
+    engine = load_engine(str(ASSETS / "models" / "target"), str(folder), "cpu")
+    without = engine.generate(PROMPT, "ouroboros", N, stored_answers=0)
+    walked = engine.generate(PROMPT, "ouroboros", N, stored_answers=8)
+    assert walked.token_ids == without.token_ids == answer
+    assert walked.stats.target_forwards < without.stats.target_forwards
+    options = dict(temperature=0.8, top_p=0.95, seed=2)
+    vanilla = engine.generate(PROMPT, "vanilla", N, **options)
+    assert engine.generate(PROMPT, "ouroboros", N, **options).token_ids == vanilla.token_ids
+
+
+def test_train_draft_stores_each_answer_after_its_requests_last_tokens(tmp_path):
+    from ouroboros_core.tools.train_draft import write_answers
+
+    rows = [
+        {"ids": [5, 6, 7, 8, 9, 1, 2, 3], "prompt_tokens": 5},  # request 5-9, answer 1 2 3
+        {"ids": [4, 6, 7, 8, 9, 1, 2, 4], "prompt_tokens": 5},
+    ]
+    assert write_answers(rows, tmp_path) == 14
+    store = read_store(tmp_path / ANSWERS_FILE, vocab_size=10)
+    assert store.walk([0, 6, 7, 8, 9], 3) == ([1, 2, 3], 4)  # the chat turn's marks key the start
