@@ -12,7 +12,7 @@ to other requests, and costs no forward.
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 ANSWERS_FILE = "answers.json"  # in a draft's folder: {"about": ..., "answers": [[token ids]]}
@@ -23,21 +23,19 @@ class AnswerStore:
     """Per order n, the token that most often followed each run of n tokens in the answers."""
 
     def __init__(self, answers: list[list[int]]):
-        counts = {n: defaultdict(Counter) for n in ORDERS}
-        for answer in answers:
-            for i in range(1, len(answer)):
-                for n in ORDERS:
-                    if i >= n:
-                        counts[n][tuple(answer[i - n : i])][answer[i]] += 1
-        # ties go to the token seen first
-        self.next = {
-            n: {key: seen.most_common(1)[0][0] for key, seen in table.items()}
-            for n, table in counts.items()
-        }
+        self.next: dict[int, dict[tuple[int, ...], int]] = {}
+        for n in ORDERS:
+            # (run, next token) pairs counted; the most frequent first, ties in the order first seen
+            pairs = Counter(
+                (tuple(answer[i - n : i]), answer[i])
+                for answer in answers
+                for i in range(n, len(answer))
+            )
+            table = self.next[n] = {}
+            for (run, token), _ in pairs.most_common():
+                table.setdefault(run, token)
+        self.answers = len(answers)
         self.tokens = sum(map(len, answers))
-
-    def __len__(self) -> int:
-        return sum(map(len, self.next.values()))
 
     def walk(self, sequence: list[int], length: int) -> tuple[list[int], int]:
         """Up to `length` tokens after `sequence`, each the one the answers most often wrote after

@@ -106,11 +106,14 @@ class ContextLookup:
 
     name = "lookup"
 
-    def __init__(self, config: OuroborosConfig, trims: bool):
+    def __init__(
+        self, config: OuroborosConfig, trims: bool, length: int | None = None, above: float = 0.0
+    ):
         self.config = config
         self.trims = trims  # sampled and lookup_above > 0: copies end where they rarely stand
-        self.length = config.lookup  # L: the copy's most tokens
-        self.above = config.lookup_above  # trimmed: a token's least chance of standing
+        self.length = config.lookup if length is None else length  # L: the copy's most tokens
+        # trimmed: a token's least chance of standing
+        self.above = max(config.lookup_above, above)
         self.trust = LookupTrust(LOOKUP_LONGEST, max(self.length, 1))
         self.leads = False  # the latest copy ran long: the text repeats, let lookup lead
 
@@ -173,20 +176,14 @@ class StoredLookup(ContextLookup):
     context copy. Up to `stored_answers` tokens, greedy or sampled ended where a token's chance of
     standing falls to STORED_ABOVE (how far this request's stored walks stood, by how many tokens
     keyed them, times the chance that the target reaches the branch): most of such a walk is a
-    guess, and each row costs the target's forward. It never makes the drafter stop drafting."""
+    guess, and each row costs the target's forward. Only the context copy's `leads` stops the
+    drafter drafting (drafters.Ouroboros reads no other)."""
 
     name = "answers"
 
     def __init__(self, config: OuroborosConfig, store):
-        super().__init__(config, trims=True)
+        super().__init__(config, trims=True, length=config.stored_answers, above=STORED_ABOVE)
         self.store = store
-        self.length = config.stored_answers
-        self.above = max(config.lookup_above, STORED_ABOVE)
-        self.trust = LookupTrust(LOOKUP_LONGEST, max(self.length, 1))
 
     def find(self, committed: list[int], length: int) -> tuple[list[int], int]:
         return self.store.walk(committed, length)
-
-    def observe(self, committed, old_length, proposal, verdict, trunk_tokens) -> None:
-        super().observe(committed, old_length, proposal, verdict, trunk_tokens)
-        self.leads = False

@@ -48,11 +48,9 @@ def legend_html(settings: dict, stored: bool = False) -> str:
             f"phrase{rare}</span>"
         )
     if lookup:
-        where = (
-            "the prompt, the text so far or the target's stored answers"
-            if stored
-            else ("the prompt or the text so far")
-        )
+        where = "the prompt or the text so far"
+        if stored:
+            where = "the prompt, the text so far or the target's stored answers"
         entries.append(f'<span class="tok tok-prompt">accepted by lookup ({where})</span>')
     entries += [
         '<span class="tok tok-target">the target\'s own token</span>',

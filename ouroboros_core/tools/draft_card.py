@@ -14,7 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ouroboros_core.answers import ANSWERS_FILE
+from ouroboros_core.answers import ANSWERS_FILE, read_store
 
 DRAFT = Path(__file__).resolve().parents[2] / "assets" / "models" / "smollm2-draft"
 
@@ -127,12 +127,6 @@ the engine runs
 """
 
 
-def stored_store(draft_folder: Path):
-    from ouroboros_core.answers import read_store
-
-    return read_store(draft_folder / ANSWERS_FILE, vocab_size=1 << 30)
-
-
 def write_card(draft_folder: Path) -> str:
     import torch
 
@@ -143,6 +137,7 @@ def write_card(draft_folder: Path) -> str:
     engine = load_engine("smollm2", device="cpu")
     t_ms, d_ms = forward_ms(engine.target), forward_ms(engine.draft)
     lean_ms = engine_draft_ms(engine)
+    store = read_store(draft_folder / ANSWERS_FILE, engine.draft.config.vocab_size)
     curve = summary["heldout_curve"]
     config = summary["config"]
     card = CARD.format(
@@ -157,8 +152,8 @@ def write_card(draft_folder: Path) -> str:
         d_ms=d_ms,
         lean_ms=lean_ms,
         answers=summary["answers"],
-        stored_tokens=stored_store(draft_folder).tokens,
-        stored_answers=len(json.loads((draft_folder / ANSWERS_FILE).read_text())["answers"]),
+        stored_tokens=store.tokens,
+        stored_answers=store.answers,
         temperatures=", ".join(str(t) for t in summary["temperatures"]),
         answer_tokens=summary["answer_tokens"],
         steps=summary["steps"],
