@@ -81,3 +81,28 @@ def test_train_draft_stores_each_answer_after_its_requests_last_tokens(tmp_path)
     assert write_answers(rows, tmp_path) == 14
     store = read_store(tmp_path / ANSWERS_FILE, vocab_size=10)
     assert store.walk([0, 6, 7, 8, 9], 3) == ([1, 2, 3], 4)  # the chat turn's marks key the start
+
+
+def test_train_draft_answers_only_stores_every_samples_file_and_trains_nothing(tmp_path, capsys):
+    from ouroboros_core.tools.train_draft import main
+
+    files = []
+    for name, rows in (
+        ("a.jsonl", [{"ids": [5, 6, 7, 8, 9, 1, 2, 3], "prompt_tokens": 5}]),
+        ("b.jsonl", [{"ids": [4, 6, 7, 8, 9, 1, 2, 4], "prompt_tokens": 5}] * 2),
+    ):
+        files.append(tmp_path / name)
+        files[-1].write_text("".join(json.dumps(row) + "\n" for row in rows))
+    draft = tmp_path / "draft"
+    with pytest.raises(SystemExit):  # no draft in the folder yet
+        main(["--answers-only", "--samples", *map(str, files), "--out", str(draft)])
+    assert "no draft there" in capsys.readouterr().err
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    main(["--answers-only", "--samples", *map(str, files), "--out", str(draft)])
+    assert sorted(path.name for path in draft.iterdir()) == [ANSWERS_FILE, "config.json"]
+    store = read_store(draft / ANSWERS_FILE, vocab_size=10)
+    assert store.answers == 3 and store.walk([0, 6, 7, 8, 9], 3) == ([1, 2, 4], 4)
+    with pytest.raises(SystemExit):  # training needs the held-out answers
+        main(["--samples", str(files[0]), "--out", str(draft)])
+    assert "--heldout" in capsys.readouterr().err

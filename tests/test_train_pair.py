@@ -124,27 +124,32 @@ def test_on_policy_figures_are_one_for_a_draft_that_is_its_target():
 
 
 def check_target_samples(run: Path, samples: Path, env: dict) -> None:
-    """The target of `run` continues corpus stubs into `samples`, twice: the second run resumes."""
+    """The target of `run` continues corpus stubs into `samples`, twice: the second run resumes; a
+    third, into a file of its own, skips the stubs the first run answered."""
     from transformers import AutoTokenizer
 
-    for limit, lines in ((3, 3), (5, 5)):
+    def sample(out: Path, *args: str) -> list[dict]:
         done = run_tool(
             "ouroboros_core.tools.target_samples",
             "--models",
             str(run),
             "--out",
-            str(samples),
-            "--limit",
-            str(limit),
+            str(out),
             "--max-new-tokens",
             "6",
             "--batch-size",
             "2",
+            *args,
             env=env,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        rows = [json.loads(line) for line in samples.read_text().splitlines()]
-        assert len(rows) == len({row["id"] for row in rows}) == lines
+        return [json.loads(line) for line in out.read_text().splitlines()]
+
+    first = {row["id"] for row in sample(samples, "--limit", "3")}
+    rows = sample(samples, "--limit", "5")
+    assert len(first) == 3 and len(rows) == len({row["id"] for row in rows}) == 5
+    rest = sample(samples.with_name("rest.jsonl"), "--limit", "5", "--skip", "3")
+    assert {row["id"] for row in rest} == {row["id"] for row in rows} - first
     tokenizer = AutoTokenizer.from_pretrained(run / "target")
     for row in rows:
         prompt = tokenizer.decode(row["ids"][: row["prompt_tokens"]])

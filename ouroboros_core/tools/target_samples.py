@@ -176,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--limit", type=int, default=None, help="how many stubs (default: all of them)"
     )
+    parser.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        help="leave out the first N requests (or stubs), which an earlier file answered",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=192)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
@@ -190,6 +196,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1 or args.batch_size < 1:
         parser.error("--max-new-tokens and --batch-size must be at least 1")
+    if args.skip < 0:
+        parser.error("--skip must be 0 or more")
     import torch
 
     if args.threads:
@@ -214,7 +222,7 @@ def smollm2_answers(args) -> int:
     target, tokenizer = load_target_of("smollm2", log=print)
     stubs = (
         heldout_requests(args.limit) if args.heldout else training_requests(args.limit, args.seed)
-    )
+    )[args.skip :]
     temperatures = (0.0,) if args.heldout else TEMPERATURES
     encode = functools.lru_cache(maxsize=None)(
         lambda text, chat: tuple(encoded(tokenizer, text, chat))
@@ -242,7 +250,7 @@ def demo_continuations(args) -> int:
     target = AutoModelForCausalLM.from_pretrained(
         args.models / "target", dtype=torch.float32
     ).eval()
-    stubs = stub_prompts(args.limit, args.seed)
+    stubs = stub_prompts(args.limit, args.seed)[args.skip :]
     print(
         f"{len(stubs)} stubs from the standard library, temperatures {TEMPERATURES}, top-p {TOP_P}"
     )

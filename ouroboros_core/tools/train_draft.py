@@ -6,6 +6,9 @@
         --out RUN/heldout.jsonl
     python3 -m ouroboros_core.tools.train_draft --samples RUN/samples.jsonl \\
         --heldout RUN/heldout.jsonl --out assets/models/smollm2-draft
+    # more answers for the store alone (answers.json), the draft left as it is
+    python3 -m ouroboros_core.tools.train_draft --answers-only \\
+        --samples RUN/samples.jsonl RUN/more.jsonl --out assets/models/smollm2-draft
 
 The draft is the target cut to its first `layers` layers: the same width, embeddings, final norm
 and (tied) output layer, so it starts from the target's own reading of tokens and writes into the
@@ -42,8 +45,10 @@ class DraftTraining:
     start: str = ""  # a draft folder to go on training from ("": the target cut to `layers`)
 
 
-def load_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def load_rows(paths: list[Path]) -> list[dict]:
+    return [
+        json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()
+    ]
 
 
 def cut_target(target, layers: int):
@@ -216,7 +221,7 @@ def lr_at(step: int, steps: int, cfg: DraftTraining) -> float:
     )
 
 
-def prepare(cfg: DraftTraining, samples: Path, heldout: Path, log):
+def prepare(cfg: DraftTraining, samples: list[Path], heldout: Path, log):
     """(draft, tokenizer, pad id, training rows, held-out rows): the draft to train, its embeddings
     frozen, and the rows, the training ones with the target's top-k chances where cfg.teacher_k asks
     for them."""
@@ -224,7 +229,7 @@ def prepare(cfg: DraftTraining, samples: Path, heldout: Path, log):
 
     target, tokenizer = load_target_of(cfg.preset, log)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    rows, held = load_rows(samples), load_rows(heldout)
+    rows, held = load_rows(samples), load_rows([heldout])
     if cfg.teacher_k:
         teacher_targets(target, rows, pad, cfg.teacher_k, cfg.batch_tokens, log)
     draft = first_draft(cfg, target)
@@ -283,7 +288,7 @@ def run_steps(draft, rows, held, pad: int, cfg: DraftTraining, steps: int, rng, 
     return history, curve
 
 
-def train(cfg: DraftTraining, samples: Path, heldout: Path, out: Path, log=print) -> dict:
+def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log=print) -> dict:
     import torch
 
     torch.manual_seed(cfg.seed)
@@ -322,12 +327,22 @@ def main(argv=None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--samples", type=Path, required=True, help="target_samples' answers to train on"
+        "--samples",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="target_samples' answers to train on (one file or more)",
     )
     parser.add_argument(
-        "--heldout", type=Path, required=True, help="target_samples' answers to held-out requests"
+        "--heldout", type=Path, help="target_samples' answers to held-out requests (for training)"
     )
     parser.add_argument("--out", type=Path, required=True, help="the draft's folder")
+    parser.add_argument(
+        "--answers-only",
+        action="store_true",
+        help="write the store (answers.json) of the samples into --out, a draft's folder, and "
+        "train nothing",
+    )
     parser.add_argument("--layers", type=int, default=DraftTraining.layers)
     parser.add_argument("--epochs", type=float, default=DraftTraining.epochs)
     parser.add_argument("--lr", type=float, default=DraftTraining.lr)
@@ -340,9 +355,18 @@ def main(argv=None) -> None:
     parser.add_argument("--start", default="", help="a draft folder to go on training from")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = parser.parse_args(argv)
-    for path in (args.samples, args.heldout):
+    if not (args.answers_only or args.heldout):
+        parser.error("--heldout is needed to train (only --answers-only goes without)")
+    for path in args.samples + ([args.heldout] if args.heldout else []):
         if not path.is_file():
             parser.error(f"{path}: no such file (make it with ouroboros_core.tools.target_samples)")
+    if args.answers_only:
+        if not (args.out / "config.json").is_file():
+            parser.error(f"--out {args.out}: no draft there (its config.json is missing)")
+        rows = load_rows(args.samples)
+        tokens = write_answers(rows, args.out)
+        print(f"{len(rows):,} answers, {tokens:,} tokens, stored in {args.out / 'answers.json'}")
+        return
     if args.layers < 1 or args.epochs <= 0 or args.lr <= 0:
         parser.error("--layers must be at least 1, --epochs and --lr above 0")
     import torch
