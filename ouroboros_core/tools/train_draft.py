@@ -322,7 +322,7 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
     return summary
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -354,6 +354,11 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--start", default="", help="a draft folder to go on training from")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    return parser
+
+
+def main(argv=None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not (args.answers_only or args.heldout):
         parser.error("--heldout is needed to train (only --answers-only goes without)")
