@@ -57,31 +57,43 @@ def observe(self, committed, old_length, proposal, verdict, trunk_tokens):
 
 drafters.Ouroboros.observe = observe
 
+PREFIX = A.ORDERS[0]  # the request's last tokens before each stored answer (train_draft's)
 if os.environ.get("ORDERS"):
     A.ORDERS = tuple(int(x) for x in os.environ["ORDERS"].split(","))
+
+
+def after_init(change) -> None:
+    """Run `change(drafter)` on every Ouroboros drafter once it is built."""
+    built = drafters.Ouroboros.__init__
+
+    def init(self, *args, **kwargs):
+        built(self, *args, **kwargs)
+        change(self)
+
+    drafters.Ouroboros.__init__ = init
+
+
+def trim_copies(drafter, above: float) -> None:
+    drafter.lookup.trims, drafter.lookup.above = True, above
+
+
+def keep_walks_whole(drafter) -> None:
+    if drafter.stored is not None:
+        drafter.stored.trims = False
+
+
 if os.environ.get("STORE_TRIMS") == "0":
-    init0 = drafters.Ouroboros.__init__
-
-    def init1(self, *a, **k):
-        init0(self, *a, **k)
-        if self.stored is not None:
-            self.stored.trims = False
-
-    drafters.Ouroboros.__init__ = init1
+    after_init(keep_walks_whole)
+if os.environ.get("TRIM_LOOKUP"):
+    after_init(lambda drafter: trim_copies(drafter, float(os.environ["TRIM_LOOKUP"])))
 if os.environ.get("GREEDY_TRUST"):
-    # greedy: trim copies by the request's own trust alone (the copy reached for sure)
+    # greedy: copies (and, inheriting it, stored walks) ended by the request's own trust alone, as
+    # if the target reached them for sure
     def _trusted(self, found, matched, common, trunk):
         return self.trust.length(matched, 1.0, len(found) - common, self.above)
 
-    init2 = drafters.Ouroboros.__init__
-
-    def init3(self, *a, **k):
-        init2(self, *a, **k)
-        self.lookup.trims = True
-        self.lookup.above = float(os.environ["GREEDY_TRUST"])
-
-    drafters.Ouroboros.__init__ = init3
     L.ContextLookup._trusted = _trusted
+    after_init(lambda drafter: trim_copies(drafter, float(os.environ["GREEDY_TRUST"])))
 if os.environ.get("CUT"):
     cut = [int(x) for x in os.environ["CUT"].split(",")]  # max length for matched 1,2,3,4
     find0 = L.ContextLookup.find
@@ -91,20 +103,12 @@ if os.environ.get("CUT"):
         return found[: cut[max(matched, 1) - 1]], matched
 
     L.ContextLookup.find = find
-if os.environ.get("TRIM_LOOKUP"):
-    init = drafters.Ouroboros.__init__
-
-    def new_init(self, *a, **k):
-        init(self, *a, **k)
-        self.lookup.trims = True
-        self.lookup.above = float(os.environ["TRIM_LOOKUP"])
-
-    drafters.Ouroboros.__init__ = new_init
 engine = load_engine()
 if os.environ.get("STORE_EXTRA"):
     old = json.load(open("assets/models/smollm2-draft/answers.json"))["answers"]
     new = [
-        r["ids"][r["prompt_tokens"] - 4 :] for r in map(json.loads, open(os.environ["STORE_EXTRA"]))
+        r["ids"][r["prompt_tokens"] - PREFIX :]
+        for r in map(json.loads, open(os.environ["STORE_EXTRA"]))
     ]
     engine.draft.answer_store = A.AnswerStore(old + new)
     print("store", engine.draft.answer_store.answers, "answers")
