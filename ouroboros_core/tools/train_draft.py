@@ -368,9 +368,11 @@ def main(argv=None) -> None:
     if args.answers_only:
         if not (args.out / "config.json").is_file():
             parser.error(f"--out {args.out}: no draft there (its config.json is missing)")
+        from ouroboros_core.answers import ANSWERS_FILE
+
         rows = load_rows(args.samples)
         tokens = write_answers(rows, args.out)
-        print(f"{len(rows):,} answers, {tokens:,} tokens, stored in {args.out / 'answers.json'}")
+        print(f"{len(rows):,} answers, {tokens:,} tokens, stored in {args.out / ANSWERS_FILE}")
         return
     if args.layers < 1 or args.epochs <= 0 or args.lr <= 0:
         parser.error("--layers must be at least 1, --epochs and --lr above 0")
