@@ -32,7 +32,7 @@ from ui.render import LANE_TITLES, TIMING_NOTE, legend_html
 from ui.replay import CHOICES
 from ui.sessions import Sessions
 from ui.settings import settings_panel
-from ui.threads import DeviceThread, quiet_when_idle
+from ui.threads import DeviceThread, GradioLoops, quiet_when_idle
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 LIMITS = Limits.from_env()  # the host's caps on what a visitor may ask for
@@ -42,6 +42,7 @@ QUEUE_SIZE = int(os.environ.get("OUROBOROS_QUEUE_SIZE", "16"))
 # under ~0.5 GB.
 SESSION_POOL_SIZE = int(os.environ.get("OUROBOROS_SESSION_POOL_SIZE", "4096"))
 log = logging.getLogger("ouroboros.app")
+GRADIO_LOOPS = GradioLoops()  # building the page, queue() and launch() each leave event loops
 
 SESSIONS = Sessions()
 # Step costs from the warm-up and finished races: what a race's "expected" figure uses.
@@ -119,7 +120,7 @@ def race_api(
 
 API_PARAMETERS = list(inspect.signature(race_api).parameters)  # how /race's validator names inputs
 
-with gr.Blocks(title="Ouroboros race") as demo:
+with GRADIO_LOOPS.closing(), gr.Blocks(title="Ouroboros race") as demo:
     gr.Markdown(
         "# Ouroboros race\nThe same prompt through plain decoding and through Ouroboros "
         "speculative decoding, side by side. Both write exactly the target model's own "
@@ -354,18 +355,21 @@ def main() -> None:
     # The page is served at once; the pair loads behind it, and the page and the log say how far
     # it got.
     LOADER.start()
-    demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
-    quiet_when_idle(demo)
-    # None lets Gradio read GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them), else
-    # localhost:7860.
     port = os.environ.get("PORT")
-    demo.launch(
-        server_name=os.environ.get("OUROBOROS_HOST"),
-        server_port=int(port) if port else None,
-        css=(ASSETS / "style.css").read_text(),
-        head=f"<script>{(ASSETS / 'lanes.js').read_text()}</script>",
-        show_error=False,
-    )
+    with GRADIO_LOOPS.closing():
+        demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
+        quiet_when_idle(demo)
+        # None lets Gradio read GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them), else
+        # localhost:7860.
+        demo.launch(
+            server_name=os.environ.get("OUROBOROS_HOST"),
+            server_port=int(port) if port else None,
+            css=(ASSETS / "style.css").read_text(),
+            head=f"<script>{(ASSETS / 'lanes.js').read_text()}</script>",
+            show_error=False,
+            prevent_thread_lock=True,
+        )
+    demo.block_thread()
 
 
 if __name__ == "__main__":

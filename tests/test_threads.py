@@ -3,11 +3,14 @@ visitor leaves is closed there too; on ZeroGPU they run where they are made."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+
+from gradio.utils import safe_get_lock, safe_get_stop_event
 
 import app
 from ui.guard import RaceRequest
-from ui.threads import DeviceThread, Latest
+from ui.threads import DeviceThread, GradioLoops, Latest
 
 
 def recording(names: list, closed: list):
@@ -89,3 +92,27 @@ def test_latest_keeps_the_last_item_given():
     items = Latest(iter([1, 2, 3]))
     assert next(items) == 1 and items.value == 1
     assert list(items) == [2, 3] and items.value == 3
+
+
+def test_gradio_loops_closes_the_event_loops_gradio_discards_and_keeps_the_threads_own():
+    loops, made, restored = GradioLoops(), [], []
+    new_event_loop = asyncio.new_event_loop
+
+    def build():  # on a thread of its own, as gradio sets the thread's event loop
+        with loops.closing():
+            for _ in range(3):
+                safe_get_lock()
+                made.append(asyncio.get_event_loop())
+        restored.append(asyncio.new_event_loop is new_event_loop)
+        with loops.closing():
+            safe_get_stop_event()
+            made.append(asyncio.get_event_loop())
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join()
+    assert restored == [True] and asyncio.new_event_loop is new_event_loop
+    assert len(set(made)) == 4
+    # the first use's last loop stayed the thread's own until the second use replaced it
+    assert [loop.is_closed() for loop in made] == [True, True, True, False]
+    made[-1].close()

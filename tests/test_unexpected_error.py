@@ -40,9 +40,8 @@ def broken_app(broken, monkeypatch):
     monkeypatch.setattr(app.RACING, "engine", lambda: engine)
     monkeypatch.setattr(app.demo, "analytics_enabled", False)
     launch = app.demo.launch
-    monkeypatch.setattr(
-        app.demo, "launch", lambda **kwargs: launch(**kwargs, prevent_thread_lock=True, quiet=True)
-    )
+    monkeypatch.setattr(app.demo, "launch", lambda **kwargs: launch(**kwargs, quiet=True))
+    monkeypatch.setattr(app.demo, "block_thread", lambda: None)  # main() returns, serving
     port = free_port()
     monkeypatch.setenv("PORT", str(port))
     monkeypatch.setenv("OUROBOROS_HOST", "127.0.0.1")

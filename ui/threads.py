@@ -3,8 +3,11 @@ its last item for the log line of a race the visitor left."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 
 class DeviceThread:
@@ -80,3 +83,38 @@ def quiet_when_idle(blocks) -> None:
     )  # no public setting for these (gradio 6.31); tests/test_app.py measures idle CPU
     queue.sleep_when_free = max(queue.sleep_when_free, 0.1)
     queue.progress_update_sleep_when_free = max(queue.progress_update_sleep_when_free, 0.5)
+
+
+class GradioLoops:
+    """Closes the asyncio event loops Gradio discards. Gradio makes one for each lock and stop event
+    it creates outside a running loop (gradio.utils.safe_get_lock and safe_get_stop_event: six as a
+    Blocks is built, four at queue(), two at launch(); gradio 6.31), sets it as the thread's loop
+    and never closes it, so each one the next replaces is garbage in a reference cycle. A full
+    collection could finalise such a loop's self-pipe socket before the loop, whose __del__ then
+    printed a traceback into the log ("Invalid file descriptor: -1"; it failed a Space rehearsal).
+    Inside `with`, the loops made on the entering thread are kept; on leaving, all but the last
+    made are closed (the last is the thread's loop still). Gradio's locks bind to no loop until
+    used, on the server's own."""
+
+    def __init__(self):
+        self.made = []
+
+    @contextmanager
+    def closing(self) -> Iterator[None]:
+        thread, new_event_loop = threading.get_ident(), asyncio.new_event_loop
+
+        def kept():
+            loop = new_event_loop()
+            if threading.get_ident() == thread:
+                self.made.append(loop)
+            return loop
+
+        asyncio.new_event_loop = kept
+        try:
+            yield
+        finally:
+            asyncio.new_event_loop = new_event_loop
+            discarded, self.made = self.made[:-1], self.made[-1:]
+            for loop in discarded:
+                if not loop.is_running():
+                    loop.close()
