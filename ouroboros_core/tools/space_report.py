@@ -12,14 +12,6 @@ from .space_checks import front_matter
 from .space_files import SpaceFile
 
 LOG_TAIL_CHARS = 6000
-# Gradio makes an asyncio event loop for each lock and stop event it creates outside a running loop
-# (gradio.utils.safe_get_lock and safe_get_stop_event: at Blocks(), queue() and launch()), sets it
-# as the thread's loop and never closes it, so each one the next replaces becomes garbage in a
-# reference cycle. With SYSTEM=spaces, the Spaces reload server's thread
-# (gradio.utils.watchfn_spaces) imports enough to set off a full collection after launch, and when
-# that collection finalises a loop's self-pipe socket before the loop, the loop's __del__ cannot
-# unregister the closed socket (fd -1). Python ignores the error; the loops never ran anything.
-DISCARDED_LOOP = ("BaseEventLoop.__del__", "ValueError: Invalid file descriptor: -1")
 
 
 @dataclass(frozen=True)
@@ -48,21 +40,22 @@ def race_problems(result) -> list[str]:
     return problems
 
 
-# A progress bar (tqdm's, as transformers loads weights) redrawn after a carriage return: another
-# thread's bar can land inside a traceback's lines.
-PROGRESS_BAR = re.compile(r"[^\r\n|]*\d+%\|[^|\n]*\|[^\[\n]*\[[^\]\n]*\]")
+# A progress bar (tqdm's, as transformers loads weights), each redraw begun by a carriage return: a
+# bar another thread draws can land inside a traceback, even inside one of its lines.
+PROGRESS_BAR = re.compile(r"\n[^\n|]*\d+%\|[^|\n]*\|[^\[\n]*\[[^\]\n]*\]")
 
 
 def log_lines(log: str) -> list[str]:
-    """The log's lines with progress bars taken out, and blank ones (a bar's carriage returns read
-    as line breaks, as a file read as text turns them into; a traceback holds no blank line)."""
-    lines = (PROGRESS_BAR.sub("", line) for line in log.splitlines())
-    return [line for line in lines if line.strip()]
+    """The log's lines with progress bars taken out, each with the carriage return that began it (a
+    file read as text reads it as a line break), so a line a bar cut in two is whole again; and
+    without blank ones (a traceback holds none)."""
+    text = "\n" + log.replace("\r\n", "\n").replace("\r", "\n")
+    return [line for line in PROGRESS_BAR.sub("", text).split("\n") if line.strip()]
 
 
 def log_tracebacks(log: str) -> tuple[list[str], list[tuple[str, str]]]:
     """The closing line of each traceback in the app's log: those raised, and, with the line that
-    names where, those Python ignored (an error in a __del__, such as DISCARDED_LOOP's)."""
+    names where, those Python ignored (an error in a __del__)."""
     raised, ignored = [], []
     lines = log_lines(log)
     for i, line in enumerate(lines):
@@ -118,25 +111,9 @@ def summary(
 
 
 def ignored_note(log: str) -> str:
-    """A note on the exceptions Python ignored: Gradio's discarded event loops told apart from
-    anything else."""
-    ignored = log_tracebacks(log)[1]
-    loops = [
-        entry
-        for entry in ignored
-        if DISCARDED_LOOP[0] in entry[0] and entry[1] == DISCARDED_LOOP[1]
-    ]
-    others = [closing for entry in ignored if entry not in loops for closing in entry[1:]]
-    note = ""
-    if loops:
-        note += (
-            f'\n  note     {len(loops)} "{DISCARDED_LOOP[1]}" in {DISCARDED_LOOP[0]}, '
-            "which Python ignored: event loops Gradio made and never closed, "
-            "collected after their sockets (harmless; see space_report.DISCARDED_LOOP)"
-        )
-    if others:
-        note += (
-            f"\n  note     the log holds {len(others)} other exception(s) Python ignored: "
-            f"{others[0]}"
-        )
-    return note
+    """A note on the exceptions Python ignored (not failures: the app went on). Gradio's discarded
+    event loops were one (ui.threads.GradioLoops closes them now)."""
+    closings = [closing for _, closing in log_tracebacks(log)[1]]
+    if not closings:
+        return ""
+    return f"\n  note     the log holds {len(closings)} exception(s) Python ignored: {closings[0]}"
