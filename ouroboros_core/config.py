@@ -274,6 +274,23 @@ class OuroborosConfig:
         cli="Ouroboros: verify the draft's next choices whose chance of standing is above this "
         "(1: never)",
     )
+    # Rows a verification's forward takes at the cost of one (the pending token's counted): where
+    # the tree has fewer, the draft's next choices above fill_above fill it up to this many,
+    # likeliest first (0: none). On a 2-core AVX-512 CPU up to 6 rows cost what one does
+    # (docs/BENCHMARKS.md, "Free rows filled").
+    free_rows: int = knob(
+        0,
+        0,
+        256,
+        cli="Ouroboros: rows a verification costs no more than one; a smaller tree is filled up to "
+        "this many with the draft's other choices (0: none)",
+    )
+    fill_above: float = knob(
+        0.05,
+        0.0,
+        1.0,
+        cli="Ouroboros: a choice that fills free rows has a chance of standing above this",
+    )
     # L: one more branch, up to L tokens that followed the earlier occurrence matching most of the
     # text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases.
     lookup: int = knob(12, 0, 64, cli="Ouroboros context-lookup branch length L (0: none)")

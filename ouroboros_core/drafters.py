@@ -72,7 +72,8 @@ class Ouroboros(Vanilla):
     forwards and fills the pool).
 
     Branches in the tree: the copy, the stored walk, then the draft's other choices, then the pool
-    phrases. Each proposer observes the verdict on its own part, through what the proposal carries.
+    phrases, then in the rows the forward has free (`free_rows`) the draft's less likely choices.
+    Each proposer observes the verdict on its own part, through what the proposal carries.
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class Ouroboros(Vanilla):
         self.trunk = DraftTrunk(DraftRunner(model), config, sampler, self.phrases, max_positions)
         self.lookup = ContextLookup(config, trims)
         self.proposers = (self.lookup, self.trunk, self.phrases)
+        self.free_rows = config.free_rows  # the draft's spare choices fill a smaller tree up to it
         self.stored = None  # the target's stored answers, where the draft's folder has them
         if store is not None and config.stored_answers:
             self.stored = StoredLookup(config, store)
@@ -109,6 +111,7 @@ class Ouroboros(Vanilla):
             proposal.add(self.stored.propose(committed, limit, trunk))
         proposal.add(trunk.alternatives)
         proposal.add(self.phrases.propose(committed, limit, trunk, proposal.after_trunk()))
+        proposal.add(trunk.filling(proposal, self.free_rows))
         return proposal
 
     def observe(

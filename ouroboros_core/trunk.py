@@ -53,6 +53,24 @@ class Trunk:
     stands: list[float]  # each token's chance of standing, once the tokens before it stood
     choices: dict[int, set[int]]  # trunk position -> the draft's other best keyed guesses there
     alternatives: Branches  # the draft's other choices, each a branch in place of its first
+    # the draft's other choices left out of `alternatives` that may fill free rows, likeliest first
+    spare: list[Alternative] = field(default_factory=list)
+
+    def filling(self, proposal: Proposal, free_rows: int) -> Branches:
+        """The spare choices that fit in the rows the proposal's verification has free (free_rows:
+        rows that cost no more than the one it needs), likeliest first: nearly free tokens. One that
+        a branch already offers at the same place is left out."""
+        room = free_rows - 1 - len(proposal.trunk) - sum(map(len, proposal.branches))
+        offered = {(at, b[0]) for at, b in zip(proposal.attached(), proposal.branches) if b}
+        chosen = []
+        for alternative in self.spare:
+            place = (alternative.at, alternative.tokens[0])
+            if len(alternative.tokens) <= room and place not in offered:
+                chosen.append(alternative)
+                offered.add(place)
+                room -= len(alternative.tokens)
+        tokens, places = [a.tokens for a in chosen], [a.at for a in chosen]
+        return Branches(self.alternatives.owner, tokens, [Source.DRAFT] * len(chosen), places)
 
 
 @dataclass
@@ -101,15 +119,22 @@ class Growing:
         self.sequence += step.tokens
         self.chance *= step.first_p
 
-    def trunk(self, limit: int, above: float, owner: str) -> Trunk:
+    def trunk(self, limit: int, above: float, owner: str, spare_above: float = 1.0) -> Trunk:
         """The trunk cut to `limit`; where the draft hesitated, its other likely choices as branches
-        in place of its first: the target walks one if it rejects the first and picks that one."""
+        in place of its first: the target walks one if it rejects the first and picks that one.
+        Those less likely, but above `spare_above`, are its spare choices."""
         tokens = self.tokens[:limit]
-        chosen = [a for a in self.alternatives if a.at < len(tokens) and a.chance > above]
+        inside = [a for a in self.alternatives if a.at < len(tokens)]
+        chosen = [a for a in inside if a.chance > above]
         branches = Branches(
             owner, [a.tokens for a in chosen], [Source.DRAFT] * len(chosen), [a.at for a in chosen]
         )
-        return Trunk(tokens, self.sources[:limit], self.stands[:limit], self.choices, branches)
+        spare = sorted(
+            (a for a in inside if spare_above < a.chance <= above), key=lambda a: -a.chance
+        )
+        return Trunk(
+            tokens, self.sources[:limit], self.stands[:limit], self.choices, branches, spare
+        )
 
 
 class DraftTrunk:
@@ -146,7 +171,10 @@ class DraftTrunk:
         # copy parting from the trunk is checked against all its best guesses there.
         checks_copies = config.lookup and config.lookup_above > 0 and not sampler.greedy
         self.reads_chances = (
-            config.max_trunk > config.gamma or config.second_above < 1.0 or checks_copies
+            config.max_trunk > config.gamma
+            or config.second_above < 1.0
+            or config.free_rows > 0
+            or checks_copies
         )
         self.top = GUESSES_SCORED if checks_copies else 1 + ALTERNATIVES
 
@@ -161,7 +189,8 @@ class DraftTrunk:
             step = self._step(growing.sequence, [alternative.tokens[0] for alternative in riding])
             growing.extend(step, riding, cfg.second_above)
             sure = self._goes_on(step.first_p, growing.chance)
-        return growing.trunk(limit, cfg.second_above, self.name)
+        spare_above = cfg.fill_above if cfg.free_rows else 1.0
+        return growing.trunk(limit, cfg.second_above, self.name, spare_above)
 
     def _goes_on(self, first_p: float, chance: float) -> bool:
         if self.sampler.greedy:

@@ -279,6 +279,32 @@ def test_context_lookup_branch_takes_over_from_a_rejected_draft(
     assert from_root > 0, "no step walked a lookup branch past a rejected draft token"
 
 
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_free_rows_are_filled_with_the_drafts_other_choices(make_engine, models, reference, arch):
+    engine = make_engine(arch, "noisy")
+    # The draft's choices stand in the tree only as fillers here: no other choices above a threshold
+    # (second_above 1), no pool phrases, no copies.
+    alone = {"second_above": 1.0, "branches": 0, "lookup": 0, "window": 0, "draft_candidates": 0}
+    filled = walked = 0
+    for prompt in PROMPTS:
+        result = run(engine, prompt, "ouroboros", **alone, free_rows=7, fill_above=0.0)
+        assert result.token_ids == reference(models.target(arch), prompt, N)
+        for step in result.events:
+            rows = 1 + len(step.trunk) + sum(map(len, step.branches))
+            places = [(at, branch[0].id) for at, branch in zip(step.attach, step.branches)]
+            if step.branches:
+                filled += 1
+                assert rows <= 7 and len(places) == len(set(places))
+                assert all(token.source == Source.DRAFT for b in step.branches for token in b)
+                trunk_ids = [t.id for t in step.trunk]
+                # each stands in for a trunk token: never that token itself
+                assert all(trunk_ids[at] != token for at, token in places)
+            walked += step.branch is not None
+        plain = run(engine, prompt, "ouroboros", **alone)
+        assert not any(step.branches for step in plain.events)
+    assert filled and walked, "no tree was filled, or no filler ever stood"
+
+
 OUROBOROS_OPTIONS = [
     {"window": 0},
     {"lookup": 0},
@@ -299,6 +325,8 @@ OUROBOROS_OPTIONS = [
     {"window": 1, "ngram": 2, "branches": 1},
     {"pool_size": 1},
     {"window": 16, "branches": 8, "draft_candidates": 6},
+    {"free_rows": 6},
+    {"free_rows": 32, "fill_above": 0.0, "lookup": 1},
 ]
 
 
