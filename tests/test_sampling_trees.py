@@ -130,6 +130,17 @@ def walks(monkeypatch):
     return seen
 
 
+# The draft's trunk alone, extended while it is sure: no lookup, no pool phrases.
+TRUNK_ALONE = {
+    "gamma": 1,
+    "branches": 0,
+    "lookup": 0,
+    "draft_candidates": 0,
+    "max_trunk": 4,
+    "extend_above": 0.0,
+    "extend_chance": 0.0,
+}
+
 TREE_CASES = {
     # The draft proposes `self`; the lookup branch and a pool phrase both continue it with `.` and
     # part at the letter the target samples: the shared node is read in nearly every run.
@@ -147,34 +158,11 @@ TREE_CASES = {
     # No lookup, no pool: the draft's trunk (extended while it is sure) and its other choices, each
     # a branch in place of its first choice (with the draft's guess after it where the trunk went
     # on), walked when the target samples that token instead.
-    "second choices": (
-        {
-            "gamma": 1,
-            "branches": 0,
-            "lookup": 0,
-            "draft_candidates": 0,
-            "max_trunk": 4,
-            "extend_above": 0.0,
-            "extend_chance": 0.0,
-            "second_above": 0.0,
-        },
-        1.0,
-    ),
+    "second choices": ({**TRUNK_ALONE, "second_above": 0.0}, 1.0),
     # The same choices, now only in the rows the tree has free (second_above 1: none otherwise; a
     # trunk of 4 leaves 3 of 8).
     "free rows filled": (
-        {
-            "gamma": 1,
-            "branches": 0,
-            "lookup": 0,
-            "draft_candidates": 0,
-            "max_trunk": 4,
-            "extend_above": 0.0,
-            "extend_chance": 0.0,
-            "second_above": 1.0,
-            "free_rows": 8,
-            "fill_above": 0.0,
-        },
+        {**TRUNK_ALONE, "second_above": 1.0, "free_rows": 8, "fill_above": 0.0},
         1.0,
     ),
 }
