@@ -1,5 +1,6 @@
 """Where the handlers' loops run: every engine call on one device thread, and an iterator that keeps
-its last item for the log line of a race the visitor left."""
+its last item for the log line of a race the visitor left; Gradio's idle polling slowed, and the
+event loops it drops closed."""
 
 from __future__ import annotations
 
