@@ -61,16 +61,16 @@ class Trunk:
         rows that cost no more than the one it needs), likeliest first: nearly free tokens. One that
         a branch already offers at the same place is left out."""
         room = free_rows - 1 - len(proposal.trunk) - sum(map(len, proposal.branches))
-        offered = {(at, b[0]) for at, b in zip(proposal.attached(), proposal.branches) if b}
         chosen = []
-        for alternative in self.spare:
-            place = (alternative.at, alternative.tokens[0])
-            if len(alternative.tokens) <= room and place not in offered:
-                chosen.append(alternative)
-                offered.add(place)
-                room -= len(alternative.tokens)
-        tokens, places = [a.tokens for a in chosen], [a.at for a in chosen]
-        return Branches(self.alternatives.owner, tokens, [Source.DRAFT] * len(chosen), places)
+        if room > 0 and self.spare:  # most steps, and every step where free_rows is 0
+            offered = {(at, b[0]) for at, b in zip(proposal.attached(), proposal.branches) if b}
+            for alternative in self.spare:
+                place = (alternative.at, alternative.tokens[0])
+                if len(alternative.tokens) <= room and place not in offered:
+                    chosen.append(alternative)
+                    offered.add(place)
+                    room -= len(alternative.tokens)
+        return as_branches(self.alternatives.owner, chosen)
 
 
 @dataclass
@@ -80,6 +80,12 @@ class Alternative:
     at: int  # the trunk position it stands in for
     tokens: list[int]  # that choice, then the draft's guess after it where likely enough
     chance: float  # the chance it stands: the trunk before it stands and the target picks it
+
+
+def as_branches(owner: str, alternatives: list[Alternative]) -> Branches:
+    """The draft's other choices as branches, each in place of the trunk token it stands for."""
+    tokens, places = [a.tokens for a in alternatives], [a.at for a in alternatives]
+    return Branches(owner, tokens, [Source.DRAFT] * len(alternatives), places)
 
 
 @dataclass
@@ -125,10 +131,7 @@ class Growing:
         Those less likely, but above `spare_above`, are its spare choices."""
         tokens = self.tokens[:limit]
         inside = [a for a in self.alternatives if a.at < len(tokens)]
-        chosen = [a for a in inside if a.chance > above]
-        branches = Branches(
-            owner, [a.tokens for a in chosen], [Source.DRAFT] * len(chosen), [a.at for a in chosen]
-        )
+        branches = as_branches(owner, [a for a in inside if a.chance > above])
         spare = sorted(
             (a for a in inside if spare_above < a.chance <= above), key=lambda a: -a.chance
         )
