@@ -155,6 +155,15 @@ def test_the_rehearsal_keeps_its_logs_and_notes_the_exceptions_python_ignored(
     assert (
         "the log holds 3 exception(s) Python ignored: ValueError: Invalid file descriptor: -1"
     ) in out
+    other = (
+        "Exception ignored in: <function Foo.__del__>\n"
+        "Traceback (most recent call last):\nKeyError: 'x'\n"
+    )
+    # every kind counted, the first named; none of them a raised traceback
+    assert ignored_note(other + log).endswith(
+        "the log holds 4 exception(s) Python ignored: KeyError: 'x'"
+    )
+    assert log_problems(other + log) == []
     # git ignores it
     assert space_rehearsal.LOG_DIR.relative_to(ROOT).as_posix() == "tests/artifacts/space-rehearsal"
 
