@@ -9,6 +9,13 @@ either way between a plain decode and a verified draft. Sampled: the sample is t
 tempered score plus the position's fixed noise for it is highest (sampling.position_noise); where
 two tokens' keyed scores lie within rounding of each other, either is the target's sample. The
 engine measures it itself with one more target forward.
+
+How far a score can move between forward shapes depends on the CPU or GPU: one whose 16-bit matrix
+units (AMX, tensor cores) take one path for a single row and another for many sums the same products
+in another order through every layer, so the logits move by more than the last rounding. So the
+verdict measures it: the same position's scores from a one-token forward (plain decoding's shape)
+beside the check's own, and a score may move by that much, or by TIE_STEPS rounding steps, whichever
+is more.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ class OutputVerdict:
     margin: float | None
     dtype: str  # the target's dtype, for the explanation
     sampled: bool = False  # the outputs were sampled (the margin is then a gap in keyed scores)
+    # 16-bit: the most any score moved between the check's forward and a one-token forward at the
+    # first difference (measured there); None where not measured (float32, identical outputs)
+    spread: float | None = None
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -62,26 +72,33 @@ def rounding_step(dtype: torch.dtype, magnitude: float) -> float:
     return torch.finfo(dtype).eps * 2.0**exponent
 
 
-def within_rounding(scores: torch.Tensor, tokens: list[int], dtype: torch.dtype) -> bool:
-    """Whether every one of `tokens` scores within TIE_STEPS rounding steps of the best score (V,):
-    either could be the argmax of a forward of another shape. Never in float32, whose rounding is
-    far below any real gap."""
+def within_rounding(
+    scores: torch.Tensor, tokens: list[int], dtype: torch.dtype, spread: float = 0.0
+) -> bool:
+    """Whether every one of `tokens` scores within reach of the best score (V,): TIE_STEPS rounding
+    steps, or twice the measured `spread` (each of the two tokens may move by it), whichever is
+    more; either could be the argmax of a forward of another shape. Never in float32, whose
+    rounding is far below any real gap."""
     if dtype not in SIXTEEN_BIT:
         return False
     best = float(scores.max())
     chosen = [float(scores[token]) for token in tokens]
-    tolerance = TIE_STEPS * rounding_step(dtype, max(abs(best), *map(abs, chosen)))
+    tolerance = max(
+        TIE_STEPS * rounding_step(dtype, max(abs(best), *map(abs, chosen))), 2 * spread
+    )
     return all(best - score <= tolerance for score in chosen)
 
 
-def rounding_steps(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """TIE_STEPS rounding steps of `dtype` around each score (V,), as float64."""
+def rounding_steps(scores: torch.Tensor, dtype: torch.dtype, spread: float = 0.0) -> torch.Tensor:
+    """How far each score (V,) may move in a forward of another shape, as float64: TIE_STEPS
+    rounding steps of `dtype` around it, or the measured `spread`, whichever is more."""
     magnitude = scores.double().abs().clamp(min=torch.finfo(dtype).tiny)
-    return TIE_STEPS * torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(magnitude)))
+    steps = TIE_STEPS * torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(magnitude)))
+    return steps.clamp(min=spread)
 
 
 def nucleus_bounds(
-    scores: torch.Tensor, temperature: float, top_p: float, dtype: torch.dtype
+    scores: torch.Tensor, temperature: float, top_p: float, dtype: torch.dtype, spread: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Which tokens (V,) the nucleus keeps in some rounding of the scores, and which in every
     rounding: each score may move by TIE_STEPS rounding steps, and a token is kept where the mass
@@ -90,7 +107,7 @@ def nucleus_bounds(
     everyone = torch.ones_like(scores, dtype=torch.bool)
     if top_p >= 1.0:
         return everyone, everyone
-    steps = rounding_steps(scores, dtype)
+    steps = rounding_steps(scores, dtype, spread)
     top = float(scores.max()) / temperature
     least, most = (
         torch.exp((scores - steps) / temperature - top),
@@ -111,21 +128,23 @@ def drawable(
     top_p: float,
     noise: torch.Tensor,
     dtype: torch.dtype,
+    spread: float = 0.0,
 ) -> bool:
     """Whether each of `tokens` could be the target's sample, at this position's noise (V,), in a
     forward of another shape.
 
-    Every score (V,) may move by TIE_STEPS rounding steps. A token is the sample where its tempered
-    score plus its noise is the highest of the nucleus (sampling.keyed_scores): it could be where,
-    rounded up, it reaches the highest that any token the nucleus keeps in every rounding has
-    rounded down; a token the nucleus keeps only in some roundings counts. Never in float32, whose
+    Every score (V,) may move by TIE_STEPS rounding steps or the measured `spread`. A token is the
+    sample where its tempered score plus its noise is the highest of the nucleus
+    (sampling.keyed_scores): it could be where, rounded up, it reaches the highest that any token
+    the nucleus keeps in every rounding has rounded down; a token the nucleus keeps only in some
+    roundings counts. Never in float32, whose
     rounding is far below any real gap."""
     if dtype not in SIXTEEN_BIT:
         return False
     scores = scores.double()
-    steps = rounding_steps(scores, dtype)
+    steps = rounding_steps(scores, dtype, spread)
     low, high = (scores - steps) / temperature + noise, (scores + steps) / temperature + noise
-    maybe, surely = nucleus_bounds(scores, temperature, top_p, dtype)
+    maybe, surely = nucleus_bounds(scores, temperature, top_p, dtype, spread)
     to_beat = float(low.masked_fill(~surely, float("-inf")).max())
     return all(bool(maybe[token]) and float(high[token]) >= to_beat for token in tokens)
 
@@ -155,6 +174,7 @@ class TargetChoices:
     seed: int | None
     positions: range
     noise: torch.Tensor | None
+    spread: float  # how far a score moved between two forward shapes at b[at] (0 in float32)
 
     @classmethod
     def measure(cls, target, prompt_ids, b, at, temperature, top_p, seed) -> TargetChoices:
@@ -166,15 +186,33 @@ class TargetChoices:
             if temperature > 0.0
             else None
         )
-        return cls(rows, target.dtype, temperature, top_p, seed, positions, noise)
+        spread = (
+            shape_spread(target, ids[0, : len(prompt_ids) + at], rows[0])
+            if target.dtype in SIXTEEN_BIT
+            else 0.0
+        )
+        return cls(rows, target.dtype, temperature, top_p, seed, positions, noise, spread)
 
     def possible(self, offset: int, tokens: list[int]) -> bool:
         """Whether each of tokens could be the target's own choice at b[at + offset]."""
         if self.temperature == 0.0:
-            return within_rounding(self.rows[offset], tokens, self.dtype)
+            return within_rounding(self.rows[offset], tokens, self.dtype, self.spread)
         return drawable(
-            self.rows[offset], tokens, self.temperature, self.top_p, self.noise[offset], self.dtype
+            self.rows[offset],
+            tokens,
+            self.temperature,
+            self.top_p,
+            self.noise[offset],
+            self.dtype,
+            self.spread,
         )
+
+    def first_margin(self, a_token: int, b_token: int) -> float:
+        """At the first difference: greedy, the score gap between the two tokens; sampled, how far
+        the further of the two lies below the sample there (the one any mismatch is about)."""
+        if self.temperature > 0.0:
+            return max(self.margin(0, a_token), self.margin(0, b_token))
+        return self.margin(0, a_token, b_token)
 
     def margin(self, offset: int, token: int, other: int | None = None) -> float:
         rows = self.rows
@@ -186,6 +224,19 @@ class TargetChoices:
             float(rows[offset, token])
             - float(rows[offset].max() if other is None else rows[offset, other])
         )
+
+
+def shape_spread(target, prefix: torch.Tensor, row: torch.Tensor) -> float:
+    """The most any score (V,) of `row`, the check's scores after `prefix` (T,), moves when the
+    same position comes from a one-token forward over a cache of the rest (plain decoding's
+    shape)."""
+    from .cache import new_cache
+
+    cache = new_cache(target)
+    if len(prefix) > 1:
+        target(input_ids=prefix[None, :-1], past_key_values=cache, logits_to_keep=1)
+    alone = target(input_ids=prefix[None, -1:], past_key_values=cache).logits[0, -1]
+    return float((alone.double() - row.double()).abs().max())
 
 
 @torch.no_grad()
@@ -217,19 +268,23 @@ def output_verdict(
         return OutputVerdict("mismatch", at, None, dtype)
     choices = TargetChoices.measure(target, prompt_ids, b, at, temperature, top_p, seed)
     sampled = temperature > 0.0
+    spread = choices.spread if target.dtype in SIXTEEN_BIT else None
     if not choices.possible(0, [a[at], b[at]]):
-        return OutputVerdict("mismatch", at, choices.margin(0, a[at], b[at]), dtype, sampled)
+        return OutputVerdict(
+            "mismatch", at, choices.first_margin(a[at], b[at]), dtype, sampled, spread
+        )
     for offset, token in enumerate(b[at + 1 :], start=1):
         if not choices.possible(offset, [token]):
             return OutputVerdict(
-                "mismatch", at + offset, choices.margin(offset, token), dtype, sampled
+                "mismatch", at + offset, choices.margin(offset, token), dtype, sampled, spread
             )
     return OutputVerdict(
         "rounding boundary" if sampled else "float tie",
         at,
-        choices.margin(0, a[at], b[at]),
+        choices.first_margin(a[at], b[at]),
         dtype,
         sampled,
+        spread,
     )
 
 
@@ -249,14 +304,23 @@ def explain(verdict: OutputVerdict, name: str = "Ouroboros") -> str:
             f"scores were equal within {verdict.dtype} rounding (gap {verdict.margin:.2g}); either "
             f"is the target's sample there"
         )
+    moved = (
+        f"; scores moved by up to {verdict.spread:.2g} between forward shapes here"
+        if verdict.spread
+        else ""
+    )
     if verdict.sampled:
         gap = (
             ""
             if verdict.margin is None
-            else f" (randomised score gap {verdict.margin:.2g}, beyond rounding)"
+            else f" (randomised score gap {verdict.margin:.2g}, beyond rounding{moved})"
         )
         return f"{name} departs from the target's sample at token {verdict.first_difference}{gap}"
-    gap = "" if verdict.margin is None else f" (score gap {verdict.margin:g}, not a rounding tie)"
+    gap = (
+        ""
+        if verdict.margin is None
+        else f" (score gap {verdict.margin:g}, not a rounding tie{moved})"
+    )
     return (
         f"{name} departs from the target's greedy output at token {verdict.first_difference}{gap}"
     )

@@ -174,3 +174,54 @@ def test_the_apps_race_in_bfloat16_names_its_verdict(monkeypatch):
         assert ouroboros["token_ids"][at] != vanilla["token_ids"][at]
         # two steps, the tie rule's
         assert 0.0 <= verdict["margin"] <= 2 * rounding_step(torch.bfloat16, 16.0)
+
+
+class RoundsOneRowApart(torch.nn.Module):
+    """The target as a machine whose 16-bit one-row forwards sum in another order than its
+    many-row ones (AMX, tensor cores): every score of a one-token forward moves by `shift`, up for
+    even token ids and down for odd ones."""
+
+    def __init__(self, model, shift: float):
+        super().__init__()
+        self.model, self.config, self.shift = model, model.config, shift
+
+    @property
+    def dtype(self):
+        return self.model.dtype
+
+    def get_input_embeddings(self):
+        return self.model.get_input_embeddings()
+
+    def forward(self, input_ids, **kwargs):
+        out = self.model(input_ids=input_ids, **kwargs)
+        if input_ids.shape[1] == 1:
+            signs = 1 - 2 * (torch.arange(out.logits.shape[-1]) % 2)
+            out.logits = out.logits + (self.shift * signs).to(out.logits.dtype)
+        return out
+
+
+def test_the_tie_allowance_follows_the_score_movement_the_machine_shows(tokenizer, eos_id):
+    model, prompt_ids, greedy, _, _ = twin_model(eos_id, tokenizer, torch.bfloat16)
+    with torch.no_grad():
+        rows = model(input_ids=torch.tensor([prompt_ids + greedy[:-1]])).logits[0, -len(greedy) :]
+    top = rows.float().topk(2)
+    gaps = (top.values[:, 0] - top.values[:, 1]).tolist()
+    # the first position whose two best tokens lie beyond rounding of each other, though not far
+    position = next(at for at, gap in enumerate(gaps[:-4]) if 0.2 < gap < 2.0)
+    gap, runner_up = gaps[position], int(top.indices[position, 1])
+    # the runner-up, then the target's own greedy tokens after it
+    with torch.no_grad():
+        after = model.generate(
+            torch.tensor([prompt_ids + greedy[:position] + [runner_up]]),
+            do_sample=False,
+            max_new_tokens=4,
+            pad_token_id=eos_id,
+        )[0, len(prompt_ids) :].tolist()
+    assert output_verdict(model, prompt_ids, greedy, after).kind == "mismatch"
+    # A machine whose one-row scores move by more than half the gap could pick either token.
+    for shift, kind in ((0.6 * gap, "float tie"), (0.3 * gap, "mismatch")):
+        verdict = output_verdict(RoundsOneRowApart(model, shift), prompt_ids, greedy, after)
+        assert (verdict.kind, verdict.first_difference) == (kind, position), (shift, verdict)
+        assert verdict.spread == pytest.approx(shift, rel=0.1, abs=0.02)
+        if kind == "mismatch":
+            assert "scores moved by up to" in explain(verdict)
