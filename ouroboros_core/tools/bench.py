@@ -26,7 +26,7 @@ from ..theory import (
     expected_tokens_per_forward,
     per_token_acceptance,
 )
-from .bench_report import HF_METHODS, REFERENCE, machine_description
+from .bench_report import HF_METHODS, REFERENCE, by_kind, machine_description
 from .chat_requests import heldout_requests
 
 # Ouroboros with one phrase pool kept across the prompts (--warm-pool)
@@ -60,6 +60,17 @@ def heldout_chat_requests(limit: int | None = None) -> list[dict]:
     return requests[:limit] if limit else requests
 
 
+# The broad held-out requests (broad_requests.py), thirteen kinds taking turns: the first 13 * N are
+# N of each kind.
+BROAD_HELDOUT = Path(__file__).resolve().parents[2] / "data" / "broad" / "requests-heldout.jsonl"
+
+
+def broad_requests(limit: int | None = None) -> list[dict]:
+    """The broad held-out requests, none of them (nor their phrasings, subjects or passages) in
+    any training request; each with its kind."""
+    return jsonl_prompts(BROAD_HELDOUT, limit)
+
+
 def jsonl_prompts(path: Path, limit: int | None = None) -> list[dict]:
     prompts = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -71,7 +82,10 @@ def jsonl_prompts(path: Path, limit: int | None = None) -> list[dict]:
             raise ConfigError(f"{path}:{number} is not valid JSON ({err.msg})") from err
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
             raise ConfigError(f'{path}:{number} needs an object with a "prompt" string')
-        prompts.append({"id": str(row.get("id", number)), "prompt": row["prompt"]})
+        prompt = {"id": str(row.get("id", number)), "prompt": row["prompt"]}
+        if isinstance(row.get("kind"), str):
+            prompt["kind"] = row["kind"]
+        prompts.append(prompt)
     if not prompts:
         raise ConfigError(f"{path} holds no prompts")
     return prompts[:limit] if limit else prompts
@@ -181,6 +195,8 @@ def run_bench(
         runs, methods, options, max_new_tokens, len(prompts), engine, reference_method
     )
     report.update(sampling=sampling, checked_against=reference_method)
+    if all("kind" in item for item in prompts):
+        report["by_kind"] = by_kind(runs, [item["kind"] for item in prompts])
     for method, row in report["methods"].items():
         if sampling and method == "hf_greedy":
             row["label"] = "transformers generate (sampled)"

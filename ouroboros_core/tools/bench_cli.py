@@ -12,12 +12,13 @@ from ..config import ConfigError, SamplingConfig
 from .bench import (
     ALL_METHODS,
     WARM,
+    broad_requests,
     heldout_chat_requests,
     humaneval_prompts,
     jsonl_prompts,
     run_bench,
 )
-from .bench_report import markdown_table, provenance, save_chart
+from .bench_report import kind_table, markdown_table, provenance, save_chart
 from .bench_sweep import sweep
 from .corpus import heldout_prompts
 
@@ -41,6 +42,14 @@ def add_bench_parser(sub) -> None:
         action="store_true",
         help="held-out chat requests about pip's code (write, explain, list, a class, JSON, tests; "
         "none in the default draft's training) instead, for a chat pair",
+    )
+    prompts.add_argument(
+        "--broad",
+        action="store_true",
+        help="the broad held-out chat requests (thirteen kinds: writing, role-play, reasoning, "
+        "maths, coding, extraction, science, humanities, translation, summarization, questions, "
+        "word problems, answers from a passage; --limit 65 takes 5 of each) instead, reported per "
+        "kind too",
     )
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset")
@@ -101,6 +110,8 @@ def cmd_bench(args) -> int:
         )
         report["prompt_set"] = prompt_set
         print(markdown_table(report))
+        if report.get("by_kind"):
+            print("\n" + kind_table(report))
         if args.chart:
             save_chart(report, args.chart)
     if args.out:
@@ -125,6 +136,8 @@ def prompts_from_args(args) -> tuple[list[dict], str]:
         return heldout_prompts(args.limit), "Held-out (pip) function"
     if args.requests:
         return heldout_chat_requests(args.limit), "Held-out chat request"
+    if args.broad:
+        return broad_requests(args.limit), "Broad held-out request"
     if args.prompts:
         return jsonl_prompts(args.prompts, args.limit), args.prompts.name
     return humaneval_prompts(args.limit), "HumanEval-style"

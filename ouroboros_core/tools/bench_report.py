@@ -156,6 +156,71 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def by_kind(runs: dict, kinds: list[str]) -> dict:
+    """Each kind of request's figures, per method: speed over the engine's vanilla (total tokens
+    over total time on that kind's prompts) and, for engine methods, tokens per target forward."""
+    import statistics
+
+    vanilla = runs.get("vanilla")
+    out = {}
+    for kind in dict.fromkeys(kinds):
+        picked = [i for i, k in enumerate(kinds) if k == kind]
+        rows = {}
+        for method, run in runs.items():
+            tokens = sum(run.tokens[i] for i in picked)
+            row = {
+                "prompts": len(picked),
+                "tokens_per_s": tokens / sum(run.seconds[i] for i in picked),
+            }
+            if vanilla is not None:
+                base = sum(vanilla.tokens[i] for i in picked) / sum(
+                    vanilla.seconds[i] for i in picked
+                )
+                row["over_vanilla"] = round(row["tokens_per_s"] / base, 3)
+                row["median_over_vanilla"] = round(
+                    statistics.median(
+                        (run.tokens[i] / run.seconds[i]) / (vanilla.tokens[i] / vanilla.seconds[i])
+                        for i in picked
+                    ),
+                    3,
+                )
+            if run.stats:
+                forwards = sum(run.stats[i].target_forwards for i in picked)
+                row["tokens_per_forward"] = round(tokens / forwards, 3) if forwards else None
+            row["tokens_per_s"] = round(row["tokens_per_s"], 2)
+            rows[method] = row
+        out[kind] = rows
+    return out
+
+
+def kind_table(report: dict) -> str:
+    """The figures per kind of request, one row a kind: each method's speed over the engine's
+    vanilla and Ouroboros's tokens per forward."""
+    kinds = report.get("by_kind")
+    if not kinds:
+        return ""
+    methods = [m for m in report["methods"] if m != "vanilla"]
+    labels = [report["methods"][m]["label"] for m in methods]
+    lines = [
+        "| kind | prompts | "
+        + " | ".join(f"{label}, x engine vanilla" for label in labels)
+        + " | Ouroboros tokens/forward |",
+        "|---|---|" + "---|" * len(methods) + "---|",
+    ]
+    for kind, rows in kinds.items():
+        cells = [
+            f"{rows[m]['over_vanilla']:.2f}x" if rows[m].get("over_vanilla") else ""
+            for m in methods
+        ]
+        tpf = rows.get("ouroboros", {}).get("tokens_per_forward")
+        lines.append(
+            f"| {kind} | {next(iter(rows.values()))['prompts']} | "
+            + " | ".join(cells)
+            + f" | {'' if tpf is None else f'{tpf:.2f}'} |"
+        )
+    return "\n".join(lines)
+
+
 def save_chart(report: dict, path: Path) -> None:
     import matplotlib
 

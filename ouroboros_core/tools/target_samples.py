@@ -125,13 +125,34 @@ def pending_batches(
         if stub["id"] not in done
     ]
     batches = []
-    for temperature in temperatures:
+    for temperature in dict.fromkeys(temperatures):
         group = sorted(
             (item for item in todo if item[1] == temperature), key=lambda item: len(encode(item[0]))
         )
-        batches += [group[i : i + batch_size] for i in range(0, len(group), batch_size)]
+        batches += capped(group, batch_size, lambda item: len(encode(item[0])))
     random.Random(len(todo)).shuffle(batches)
     return batches
+
+
+# A batch's prompts and answers together stay under this many padded tokens: long passages to
+# summarize go a few at a time, short questions many at a time.
+BATCH_TOKENS = 24_000
+ANSWER_ROOM = 192
+
+
+def capped(group: list, batch_size: int, length) -> list[list]:
+    """`group` (sorted by length) cut into batches of at most batch_size items and BATCH_TOKENS
+    padded tokens, answers counted at ANSWER_ROOM tokens each."""
+    batches, current = [], []
+    for item in group:
+        if current and (
+            len(current) == batch_size
+            or (length(item) + ANSWER_ROOM) * (len(current) + 1) > BATCH_TOKENS
+        ):
+            batches.append(current)
+            current = []
+        current.append(item)
+    return batches + ([current] if current else [])
 
 
 def append_samples(out: Path, batch: list[tuple[dict, float]], rows: list) -> int:
@@ -172,6 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --pair smollm2: the held-out requests (pip's), greedy only, for the draft's "
         "card",
+    )
+    parser.add_argument(
+        "--requests",
+        type=Path,
+        default=None,
+        help='with --pair smollm2: a JSONL file of {"id", "prompt", "chat"} requests to answer '
+        "(broad_requests writes one) instead of chat_requests' code requests",
+    )
+    parser.add_argument(
+        "--temperatures",
+        default=None,
+        help="comma-separated temperatures the requests take turns at (default: "
+        + ",".join(map(str, TEMPERATURES))
+        + "; greedy only with --heldout)",
     )
     parser.add_argument(
         "--limit", type=int, default=None, help="how many stubs (default: all of them)"
@@ -220,10 +255,19 @@ def smollm2_answers(args) -> int:
     from .chat_requests import heldout_requests, training_requests
 
     target, tokenizer = load_target_of("smollm2", log=print)
-    stubs = (
-        heldout_requests(args.limit) if args.heldout else training_requests(args.limit, args.seed)
-    )[args.skip :]
+    if args.requests:
+        stubs = [json.loads(line) for line in args.requests.read_text().splitlines() if line]
+        stubs = stubs[: args.limit] if args.limit else stubs
+    else:
+        stubs = (
+            heldout_requests(args.limit)
+            if args.heldout
+            else training_requests(args.limit, args.seed)
+        )
+    stubs = stubs[args.skip :]
     temperatures = (0.0,) if args.heldout else TEMPERATURES
+    if args.temperatures:
+        temperatures = tuple(float(t) for t in args.temperatures.split(","))
     encode = functools.lru_cache(maxsize=None)(
         lambda text, chat: tuple(encoded(tokenizer, text, chat))
     )

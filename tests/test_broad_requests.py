@@ -1,0 +1,70 @@
+"""The broad request set: every kind in both files, and the held-out requests share no phrasing,
+subject or passage with training; the bench reads them with their kinds and reports each kind."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+from ouroboros_core.events import Stats
+from ouroboros_core.tools import broad_words as words
+from ouroboros_core.tools.bench import MethodRun, broad_requests
+from ouroboros_core.tools.bench_report import by_kind, kind_table
+from ouroboros_core.tools.broad_requests import KINDS, fill_templates, split
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "broad"
+
+
+def rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line]
+
+
+def test_both_files_hold_every_kind_and_share_no_request():
+    train, heldout = rows("requests-train.jsonl"), rows("requests-heldout.jsonl")
+    assert set(Counter(r["kind"] for r in train)) == set(KINDS)
+    assert min(Counter(r["kind"] for r in train).values()) >= 500
+    assert min(Counter(r["kind"] for r in heldout).values()) >= 5
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in heldout}
+    assert len({r["id"] for r in train + heldout}) == len(train) + len(heldout)
+
+
+def test_no_held_out_subject_appears_in_a_training_request():
+    train = "\n".join(r["prompt"] for r in rows("requests-train.jsonl"))
+    for items in (words.SCIENCE_CONCEPTS, words.HUMANITIES_TOPICS, words.ROLES, words.CODING_TASKS):
+        for item in split(items, heldout=True):
+            # a held-out subject may sit inside a longer training one ("magnets" in "magnets in
+            # motors"); as a whole phrase between the template's own words it never appears
+            assert not re.search(rf"\b{re.escape(item)}[.?,]", train), item
+
+
+def test_held_out_phrasings_are_not_training_ones():
+    for kind, templates in words.TEMPLATES.items():
+        held, trained = split(templates, True), split(templates, False)
+        assert held and trained and not set(held) & set(trained), kind
+        text = fill_templates(kind, random.Random(0), True, ["A passage about nothing at all."])
+        assert text, kind
+
+
+def test_the_bench_reads_each_kind_and_reports_it():
+    prompts = broad_requests(len(KINDS) * 2)
+    assert [p["kind"] for p in prompts[: len(KINDS)]] == list(KINDS)
+    vanilla, ouroboros = MethodRun(), MethodRun()
+    for index, _ in enumerate(prompts):
+        # the first kind twice as fast, the rest alike
+        seconds = 5.0 if index % len(KINDS) == 0 else 10.0
+        for run, forwards, took in ((vanilla, 100, 10.0), (ouroboros, 40, seconds)):
+            run.tokens.append(100)
+            run.seconds.append(took)
+            run.stats.append(Stats(100, forwards, 0, 0, took, 0.0, took))
+    report = by_kind({"vanilla": vanilla, "ouroboros": ouroboros}, [p["kind"] for p in prompts])
+    assert list(report) == list(KINDS)
+    assert report[KINDS[0]]["ouroboros"]["over_vanilla"] == 2.0
+    assert report[KINDS[1]]["ouroboros"]["over_vanilla"] == 1.0
+    assert report[KINDS[1]]["ouroboros"]["tokens_per_forward"] == 2.5
+    table = kind_table(
+        {"by_kind": report, "methods": {"vanilla": {}, "ouroboros": {"label": "Ouroboros"}}}
+    )
+    assert f"| {KINDS[0]} | 2 | 2.00x | 2.50 |" in table
