@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .draft_loss import Head, answer_loss, batches, evaluate, load_rows, teacher_targets
+
 
 @dataclass(frozen=True)
 class DraftTraining:
@@ -43,12 +45,6 @@ class DraftTraining:
     # >0: learn the target's own top-k next-token chances at every answer position too
     teacher_k: int = 0
     start: str = ""  # a draft folder to go on training from ("": the target cut to `layers`)
-
-
-def load_rows(paths: list[Path]) -> list[dict]:
-    return [
-        json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()
-    ]
 
 
 def cut_target(target, layers: int):
@@ -73,128 +69,44 @@ def cut_target(target, layers: int):
     return draft
 
 
-def batches(rows: list[dict], batch_tokens: int, rng: random.Random) -> list[list[dict]]:
-    """Rows of similar length together, at most batch_tokens padded tokens each, in random order."""
-    ordered = sorted(rows, key=lambda row: len(row["ids"]))
-    out, current = [], []
-    for row in ordered:
-        if current and len(row["ids"]) * (len(current) + 1) > batch_tokens:
-            out.append(current)
-            current = []
-        current.append(row)
-    if current:
-        out.append(current)
-    rng.shuffle(out)
-    return out
-
-
-def teacher_targets(
-    target, rows: list[dict], pad: int, k: int, batch_tokens: int, log=print
-) -> None:
-    """Add to each row the target's own top-k next-token ids and chances at its answer positions,
-    teacher-forced on the answer as written ("teacher_ids", "teacher_p": one list of k per
-    position). A sampled answer's next token is one draw; the target's chances say what it would
-    write at every rank, its greedy choice first."""
-    import torch
-
-    done = 0
-    started = time.perf_counter()
-    with torch.no_grad():
-        for batch in batches(rows, batch_tokens, random.Random(0)):
-            ids, mask, scored = padded(batch, pad)
-            hidden = target.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
-            for i, row in enumerate(batch):
-                chances = torch.softmax(target.lm_head(hidden[i][scored[i, :-1]]).float(), dim=-1)
-                top = chances.topk(k, dim=-1)
-                row["teacher_ids"], row["teacher_p"] = top.indices.tolist(), top.values.tolist()
-            done += len(batch)
-            log(f"teacher: {done}/{len(rows)} answers, {time.perf_counter() - started:.0f} s")
-
-
-def padded(batch: list[dict], pad: int):
-    """Token ids padded to the batch's longest, the attention mask, and the positions whose next
-    token is an answer token."""
-    import torch
-
-    width = max(len(row["ids"]) for row in batch)
-    ids = torch.full((len(batch), width), pad)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    # positions whose next token is an answer token
-    scored = torch.zeros((len(batch), width), dtype=torch.bool)
-    for i, row in enumerate(batch):
-        ids[i, : len(row["ids"])] = torch.tensor(row["ids"])
-        mask[i, : len(row["ids"])] = 1
-        scored[i, row["prompt_tokens"] - 1 : len(row["ids"]) - 1] = True
-    return ids, mask, scored
-
-
-def answer_loss(draft, batch: list[dict], pad: int):
-    """Cross-entropy of the draft's guesses at every answer position; (loss, right guesses,
-    guesses). Rows with teacher targets add the cross-entropy against the target's top-k chances
-    (renormalised), and count a guess right when it is the target's own first choice."""
-    import torch
-    import torch.nn.functional as F
-
-    ids, mask, scored = padded(batch, pad)
-    hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, width)
-    labels = ids[:, 1:][scored[:, :-1]]
-    # (answer positions, vocab): only those
-    logits = draft.lm_head(hidden[:, :-1][scored[:, :-1]])
-    loss = F.cross_entropy(logits, labels)
-    if "teacher_ids" not in batch[0]:
-        return loss, (logits.argmax(-1) == labels).sum().item(), labels.numel()
-    top_ids = torch.tensor([p for row in batch for p in row["teacher_ids"]])
-    top_p = torch.tensor([p for row in batch for p in row["teacher_p"]])
-    top_p = top_p / top_p.sum(-1, keepdim=True)
-    soft = -(top_p * F.log_softmax(logits, dim=-1).gather(1, top_ids)).sum(-1).mean()
-    return 0.5 * loss + soft, (logits.argmax(-1) == top_ids[:, 0]).sum().item(), labels.numel()
-
-
-def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int) -> dict:
-    import torch
-
-    draft.eval()
-    right = total = 0
-    loss_sum = 0.0
-    with torch.no_grad():
-        for batch in batches(rows, batch_tokens, random.Random(0)):
-            loss, hits, count = answer_loss(draft, batch, pad)
-            right, total, loss_sum = right + hits, total + count, loss_sum + loss.item() * count
-    draft.train()
-    return {
-        "agreement": round(right / max(1, total), 4),
-        "loss": round(loss_sum / max(1, total), 4),
-        "positions": total,
-    }
-
-
 # Token ids below this always stay in the draft's vocabulary: a byte-level BPE numbers its bytes and
 # its earliest (most frequent) merges first, so text unlike the training answers still finds its
 # common pieces.
 COMMON_IDS = 8192
 
 
-def write_vocabulary(rows: list[dict], out: Path, vocab_size: int) -> int:
+def vocabulary(rows: list[dict], vocab_size: int, start: str = "") -> list[int]:
     """The draft's vocabulary (models.DRAFT_VOCABULARY): every token of the training rows, requests
-    included, and the COMMON_IDS first ids; returns its size. The draft's output layer reads these
-    rows alone."""
+    included, the COMMON_IDS first ids, and the vocabulary of the draft training goes on from. The
+    draft's output layer reads these rows alone, in training as at run time."""
     from ouroboros_core.models import DRAFT_VOCABULARY
 
     ids = set(range(min(COMMON_IDS, vocab_size))) | {t for row in rows for t in row["ids"]}
-    (out / DRAFT_VOCABULARY).write_text(json.dumps(sorted(ids)) + "\n")
+    if start and (Path(start) / DRAFT_VOCABULARY).is_file():
+        ids |= set(json.loads((Path(start) / DRAFT_VOCABULARY).read_text()))
+    return sorted(ids)
+
+
+def write_vocabulary(ids: list[int], out: Path) -> int:
+    from ouroboros_core.models import DRAFT_VOCABULARY
+
+    (out / DRAFT_VOCABULARY).write_text(json.dumps(ids) + "\n")
     return len(ids)
 
 
-def write_answers(rows: list[dict], out: Path) -> int:
+def write_answers(rows: list[dict], out: Path, start: str = "") -> int:
     """The target's answers the draft learned from, as the store lookup walks (answers.py): each
     answer after the last tokens of its request (the chat template's turn marks, which its first
-    tokens follow). Returns their tokens."""
+    tokens follow), after the store of the draft training went on from. Returns their tokens."""
     from ouroboros_core.answers import ANSWERS_FILE, ORDERS
 
-    answers = [row["ids"][row["prompt_tokens"] - ORDERS[0] :] for row in rows]
+    earlier = Path(start) / ANSWERS_FILE if start else None
+    answers = json.loads(earlier.read_text())["answers"] if earlier and earlier.is_file() else []
+    answers += [row["ids"][row["prompt_tokens"] - ORDERS[0] :] for row in rows]
     about = (
         "The target's answers to the draft's training requests (ouroboros_core/tools/"
-        "chat_requests.py), each after its request's last 4 tokens; written by train_draft"
+        "chat_requests.py and broad_requests.py), each after its request's last 4 tokens; written "
+        "by train_draft"
     )
     text = json.dumps({"about": about, "answers": answers}, separators=(",", ":"))
     (out / ANSWERS_FILE).write_text(text + "\n")
@@ -222,9 +134,9 @@ def lr_at(step: int, steps: int, cfg: DraftTraining) -> float:
 
 
 def prepare(cfg: DraftTraining, samples: list[Path], heldout: Path, log):
-    """(draft, tokenizer, pad id, training rows, held-out rows): the draft to train, its embeddings
-    frozen, and the rows, the training ones with the target's top-k chances where cfg.teacher_k asks
-    for them."""
+    """(draft, tokenizer, pad id, training rows, held-out rows, vocabulary): the draft to train, its
+    embeddings frozen, and the rows, the training ones with the target's top-k chances where
+    cfg.teacher_k asks for them."""
     from ouroboros_core.models import load_target_of
 
     target, tokenizer = load_target_of(cfg.preset, log)
@@ -242,10 +154,10 @@ def prepare(cfg: DraftTraining, samples: list[Path], heldout: Path, log):
         f"{sum(len(r['ids']) - r['prompt_tokens'] for r in rows):,} answer tokens; "
         f"held-out {len(held)}"
     )
-    return draft, tokenizer, pad, rows, held
+    return draft, tokenizer, pad, rows, held, vocabulary(rows, draft.config.vocab_size, cfg.start)
 
 
-def run_steps(draft, rows, held, pad: int, cfg: DraftTraining, steps: int, rng, log):
+def run_steps(draft, rows, held, pad: int, cfg: DraftTraining, steps: int, head: Head, rng, log):
     """The training steps: the loss every ten steps (history) and the agreement with the target's
     greedy held-out answers every cfg.eval_every (the curve, from the draft as it began)."""
     import torch
@@ -254,7 +166,7 @@ def run_steps(draft, rows, held, pad: int, cfg: DraftTraining, steps: int, rng, 
     trained = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     started = time.perf_counter()
-    curve = [{"step": 0, **evaluate(draft, greedy_held, pad, cfg.batch_tokens)}]
+    curve = [{"step": 0, **evaluate(draft, greedy_held, pad, cfg.batch_tokens, head)}]
     log(json.dumps(curve[-1]))
     history, step, queue = [], 0, []
     draft.train()
@@ -265,7 +177,7 @@ def run_steps(draft, rows, held, pad: int, cfg: DraftTraining, steps: int, rng, 
         lr = lr_at(step, steps, cfg)
         for group in opt.param_groups:
             group["lr"] = lr
-        loss, hits, count = answer_loss(draft, batch, pad)
+        loss, hits, count, _ = answer_loss(draft, batch, pad, head)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         opt.step()
@@ -283,7 +195,9 @@ def run_steps(draft, rows, held, pad: int, cfg: DraftTraining, steps: int, rng, 
             )
             log(json.dumps(history[-1]))
         if step % cfg.eval_every == 0 or step == steps:
-            curve.append({"step": step, **evaluate(draft, greedy_held, pad, cfg.batch_tokens)})
+            curve.append(
+                {"step": step, **evaluate(draft, greedy_held, pad, cfg.batch_tokens, head)}
+            )
             log(json.dumps(curve[-1]))
     return history, curve
 
@@ -293,24 +207,25 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
 
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    draft, tokenizer, pad, rows, held = prepare(cfg, samples, heldout, log)
+    draft, tokenizer, pad, rows, held, ids = prepare(cfg, samples, heldout, log)
     per_epoch = len(batches(rows, cfg.batch_tokens, rng))
     steps = max(1, round(cfg.epochs * per_epoch))
     started = time.perf_counter()
-    history, curve = run_steps(draft, rows, held, pad, cfg, steps, rng, log)
+    head = Head.of(draft, ids)
+    history, curve = run_steps(draft, rows, held, pad, cfg, steps, head, rng, log)
     draft.eval()
     out.mkdir(parents=True, exist_ok=True)
     # 16-bit on disk keeps the repository small
     draft.to(torch.bfloat16).save_pretrained(out)
     tokenizer.save_pretrained(out)
-    vocabulary = write_vocabulary(rows, out, draft.config.vocab_size)
-    stored = write_answers(rows, out)
+    vocabulary_size = write_vocabulary(ids, out)
+    stored = write_answers(rows, out, cfg.start)
     summary = {
         "config": asdict(cfg),
         "steps": steps,
         "wall_s": round(time.perf_counter() - started, 1),
         "answers": len(rows),
-        "vocabulary": vocabulary,
+        "vocabulary": vocabulary_size,
         "stored_answer_tokens": stored,
         "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
         "temperatures": sorted({r["temperature"] for r in rows}),

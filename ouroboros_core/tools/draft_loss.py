@@ -1,0 +1,170 @@
+"""What the draft learns from and how it is scored (train_draft): the target's answers in batches,
+the loss at every answer position, the target's own chances as soft targets, and the draft's
+agreement with the target on held-out answers, over all and per kind of request.
+
+The draft's output layer is the target's, frozen, and at run time it scores only the draft's
+vocabulary (models.DRAFT_VOCABULARY): training and scoring read those rows alone too, so a guess is
+one the draft could make at run time and the largest product of a step costs a fraction of the full
+vocabulary's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def load_rows(paths: list[Path]) -> list[dict]:
+    return [
+        json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()
+    ]
+
+
+def kind_of(row: dict) -> str:
+    """A row's kind of request: its "kind", else the kind a broad id names ("train:writing:3"), else
+    "code" (chat_requests' requests about Python, "train:12:json.dumps")."""
+    from .broad_requests import KINDS
+
+    if "kind" in row:
+        return row["kind"]
+    parts = str(row.get("id", "")).split(":")
+    return parts[1] if len(parts) == 3 and parts[1] in KINDS else "code"
+
+
+def batches(rows: list[dict], batch_tokens: int, rng: random.Random) -> list[list[dict]]:
+    """Rows of similar length together, at most batch_tokens padded tokens each, in random order."""
+    ordered = sorted(rows, key=lambda row: len(row["ids"]))
+    out, current = [], []
+    for row in ordered:
+        if current and len(row["ids"]) * (len(current) + 1) > batch_tokens:
+            out.append(current)
+            current = []
+        current.append(row)
+    if current:
+        out.append(current)
+    rng.shuffle(out)
+    return out
+
+
+@dataclass(frozen=True)
+class Head:
+    """The output rows the draft scores: `ids` (K,) of the full vocabulary, their weights (K,
+    width), and `index` (V,) giving each full id's place among them (-1: not scored)."""
+
+    ids: object
+    weight: object
+    index: object
+
+    @classmethod
+    def of(cls, draft, vocabulary: list[int] | None = None):
+        import torch
+
+        full = draft.lm_head.weight.shape[0]
+        ids = torch.tensor(sorted(vocabulary) if vocabulary else range(full))
+        index = torch.full((full,), -1, dtype=torch.long)
+        index[ids] = torch.arange(len(ids))
+        return cls(ids, draft.lm_head.weight.detach()[ids], index)
+
+
+def teacher_targets(
+    target, rows: list[dict], pad: int, k: int, batch_tokens: int, log=print
+) -> None:
+    """Add to each row the target's own top-k next-token ids and chances at its answer positions,
+    teacher-forced on the answer as written ("teacher_ids", "teacher_p": one list of k per
+    position). A sampled answer's next token is one draw; the target's chances say what it would
+    write at every rank, its greedy choice first."""
+    import torch
+
+    done = 0
+    started = time.perf_counter()
+    with torch.no_grad():
+        for number, batch in enumerate(batches(rows, batch_tokens, random.Random(0)), 1):
+            ids, mask, scored = padded(batch, pad)
+            hidden = target.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
+            for i, row in enumerate(batch):
+                chances = torch.softmax(target.lm_head(hidden[i][scored[i, :-1]]).float(), dim=-1)
+                top = chances.topk(k, dim=-1)
+                row["teacher_ids"], row["teacher_p"] = top.indices.tolist(), top.values.tolist()
+            done += len(batch)
+            if number % 20 == 0 or done == len(rows):
+                log(f"teacher: {done}/{len(rows)} answers, {time.perf_counter() - started:.0f} s")
+
+
+def padded(batch: list[dict], pad: int):
+    """Token ids padded to the batch's longest, the attention mask, and the positions whose next
+    token is an answer token."""
+    import torch
+
+    width = max(len(row["ids"]) for row in batch)
+    ids = torch.full((len(batch), width), pad)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    # positions whose next token is an answer token
+    scored = torch.zeros((len(batch), width), dtype=torch.bool)
+    for i, row in enumerate(batch):
+        ids[i, : len(row["ids"])] = torch.tensor(row["ids"])
+        mask[i, : len(row["ids"])] = 1
+        scored[i, row["prompt_tokens"] - 1 : len(row["ids"]) - 1] = True
+    return ids, mask, scored
+
+
+def answer_loss(draft, batch: list[dict], pad: int, head: Head):
+    """Cross-entropy of the draft's guesses at every answer position, over the head's rows; (loss,
+    right guesses, guesses, per-position hits). Rows with teacher targets add the cross-entropy
+    against the target's top-k chances (renormalised over those the head scores), and count a
+    guess right when it is the target's own first choice. A next token the head does not score is
+    a guess the draft cannot get right (it counts), and no loss."""
+    import torch
+    import torch.nn.functional as F
+
+    ids, mask, scored = padded(batch, pad)
+    hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, width)
+    # (answer positions, K): only those, only the head's rows
+    logits = hidden[:, :-1][scored[:, :-1]] @ head.weight.T
+    guesses = head.ids[logits.argmax(-1)]
+    labels = ids[:, 1:][scored[:, :-1]]
+    places = head.index[labels]
+    loss = F.cross_entropy(logits, places, ignore_index=-1) if (places >= 0).any() else None
+    if "teacher_ids" in batch[0]:
+        top_ids = torch.tensor([p for row in batch for p in row["teacher_ids"]])
+        top_p = torch.tensor([p for row in batch for p in row["teacher_p"]])
+        top_places = head.index[top_ids]
+        top_p = top_p * (top_places >= 0)
+        top_p = top_p / top_p.sum(-1, keepdim=True).clamp(min=1e-9)
+        log_p = F.log_softmax(logits, dim=-1).gather(1, top_places.clamp(min=0))
+        soft = -(top_p * log_p).sum(-1).mean()
+        loss = soft if loss is None else 0.5 * loss + soft
+        labels = top_ids[:, 0]
+    hits = guesses == labels
+    return loss, int(hits.sum()), labels.numel(), hits
+
+
+def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int, head: Head) -> dict:
+    """The draft's agreement with the rows' next tokens (the target's greedy answers) and its loss,
+    over all and per kind of request."""
+    import torch
+
+    draft.eval()
+    right, total, loss_sum = 0, 0, 0.0
+    kinds: dict[str, list[int]] = {}
+    with torch.no_grad():
+        for batch in batches(rows, batch_tokens, random.Random(0)):
+            loss, hits, count, each = answer_loss(draft, batch, pad, head)
+            right, total = right + hits, total + count
+            loss_sum += (loss.item() if loss is not None else 0.0) * count
+            start = 0
+            for row in batch:
+                length = len(row["ids"]) - row["prompt_tokens"]
+                tally = kinds.setdefault(kind_of(row), [0, 0])
+                tally[0] += int(each[start : start + length].sum())
+                tally[1] += length
+                start += length
+    draft.train()
+    return {
+        "agreement": round(right / max(1, total), 4),
+        "loss": round(loss_sum / max(1, total), 4),
+        "positions": total,
+        "by_kind": {kind: round(hit / max(1, n), 4) for kind, (hit, n) in sorted(kinds.items())},
+    }
