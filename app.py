@@ -108,7 +108,8 @@ def race_api(
     race: each lane with "steps" (the engine's step events: drafted, accepted, rejected,
     target_token, milliseconds, and the trunk and branches the target verified), its Ouroboros lane
     with "verdict": {kind: "identical" | "float tie" | "rounding boundary" | "mismatch",
-    first_difference, margin} against vanilla (None if the race was cut short), and in each lane
+    first_difference, margin, spread (16-bit: how far scores moved between forward shapes)} against
+    vanilla (None if the race was cut short), and in each lane
     "sampling": {temperature, top_p, seed} (None when greedy). gamma, window, ngram, branches:
     Ouroboros settings, None for the defaults. temperature 0 is greedy; above 0 both lanes sample,
     each position's draw fixed by the seed and the position, so they write the same text; seed None

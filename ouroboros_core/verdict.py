@@ -83,9 +83,7 @@ def within_rounding(
         return False
     best = float(scores.max())
     chosen = [float(scores[token]) for token in tokens]
-    tolerance = max(
-        TIE_STEPS * rounding_step(dtype, max(abs(best), *map(abs, chosen))), 2 * spread
-    )
+    tolerance = max(TIE_STEPS * rounding_step(dtype, max(abs(best), *map(abs, chosen))), 2 * spread)
     return all(best - score <= tolerance for score in chosen)
 
 

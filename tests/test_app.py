@@ -63,6 +63,7 @@ def test_race_returns_identical_lanes_with_stats(client):
         "kind": "identical",
         "first_difference": None,
         "margin": None,
+        "spread": None,
     }
     for method, lane in result.items():
         assert lane["sampling"] is None, method  # greedy

@@ -52,6 +52,23 @@ def engine_draft_ms(engine, requests: int = 4, tokens: int = 64) -> float:
     return round(1000 * seconds / drafted, 3)
 
 
+def heldout_agreement(draft_folder: Path, heldout: Path) -> dict:
+    """The draft's agreement with the target's greedy answers in `heldout` (target_samples' file),
+    teacher-forced: over all and per kind of request, as train_draft scores it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ouroboros_core.models import DRAFT_VOCABULARY
+
+    from .draft_loss import Head, evaluate, load_rows
+
+    draft = AutoModelForCausalLM.from_pretrained(draft_folder, dtype=torch.float32)
+    vocabulary = draft_folder / DRAFT_VOCABULARY
+    ids = json.loads(vocabulary.read_text()) if vocabulary.is_file() else None
+    rows = [row for row in load_rows([heldout]) if row["temperature"] == 0]
+    return evaluate(draft, rows, 0, 4096, Head.of(draft, ids))
+
+
 CARD = """# The default pair's draft: three layers for SmolLM2-135M-Instruct
 
 The default preset (`smollm2`) races \
@@ -185,7 +202,16 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--draft", type=Path, default=DRAFT, help="the draft's folder (with training.json)"
     )
+    parser.add_argument(
+        "--agreement",
+        type=Path,
+        help="print the draft's agreement with the target's greedy answers in this file (per kind) "
+        "and write no card",
+    )
     args = parser.parse_args(argv)
+    if args.agreement:
+        print(json.dumps(heldout_agreement(args.draft, args.agreement), indent=1))
+        return
     if not (args.draft / "training.json").is_file():
         parser.error(
             f"{args.draft}: no training.json there (run ouroboros_core.tools.train_draft first)"
