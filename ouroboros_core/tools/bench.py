@@ -197,10 +197,26 @@ def run_bench(
     report.update(sampling=sampling, checked_against=reference_method)
     if all("kind" in item for item in prompts):
         report["by_kind"] = by_kind(runs, [item["kind"] for item in prompts])
+    report["per_prompt"] = per_prompt(runs, prompts)
     for method, row in report["methods"].items():
         if sampling and method == "hf_greedy":
             row["label"] = "transformers generate (sampled)"
     return report
+
+
+def per_prompt(runs: dict, prompts: list[dict]) -> list[dict]:
+    """Each prompt's own figures, per method: tokens, seconds and (engine methods) target
+    forwards, so a kind's figure can be traced to the requests behind it."""
+    out = []
+    for index, item in enumerate(prompts):
+        row = {"id": item["id"], **({"kind": item["kind"]} if "kind" in item else {})}
+        for method, run in runs.items():
+            figures = {"tokens": run.tokens[index], "seconds": round(run.seconds[index], 3)}
+            if run.stats:
+                figures["forwards"] = run.stats[index].target_forwards
+            row[method] = figures
+        out.append(row)
+    return out
 
 
 def warm_up(engine, prompt, methods, max_new_tokens, options, lookup_tokens, sampling) -> None:
