@@ -320,7 +320,7 @@ def test_a_bad_input_gets_one_message_beside_it_and_no_error_over_the_outputs(pa
     page.locator("#prompt textarea").fill("   ")
     page.locator("#run").click()
     sync_api.expect(page.locator("#prompt")).to_contain_text(
-        "Prompt is empty: type some code or pick an example."
+        "Prompt is empty: type a request or pick an example."
     )
     page.wait_for_timeout(500)
     assert page.locator(".error").count() == 0 and page.locator(".toast-body").count() == 0

@@ -170,6 +170,10 @@ def test_sampled_race_is_identical_in_both_lanes(page, size):
     page.locator("#sampling").get_by_text("Sampling (greedy by default)").click()
     set_slider(page, "Temperature", 0.8)
     seed = page.locator("#seed input")
+    # Empty at first, as its hint says: a sampled race draws a seed of its own and names it.
+    sync_api.expect(seed).to_have_value("")
+    run_to_the_end(page)
+    sync_api.expect(page.locator("#badge")).to_contain_text("drawn for this race")
     seed.fill("7")
     seed.press("Tab")
     sync_api.expect(seed).to_have_value("7")
@@ -221,7 +225,7 @@ def test_a_bad_input_gets_one_message_that_goes_away(page, size):
     page.locator("#prompt textarea").fill("  \n ")
     page.locator("#run").click()
     message = page.locator("#prompt").get_by_text(
-        "Prompt is empty: type some code or pick an example."
+        "Prompt is empty: type a request or pick an example."
     )
     sync_api.expect(message).to_have_count(1)
     page.wait_for_timeout(300)

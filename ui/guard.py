@@ -55,7 +55,7 @@ def check_prompt(prompt, max_chars: int) -> str:
     if prompt is not None and not isinstance(prompt, str):
         raise refuse(f"Prompt must be text (a string), got {type(prompt).__name__}.")
     if not prompt or not prompt.strip():
-        raise refuse("Prompt is empty: type some code or pick an example.")
+        raise refuse("Prompt is empty: type a request or pick an example.")
     if len(prompt) > max_chars:
         raise refuse(
             f"Prompt is {len(prompt):,} characters; this demo takes at most {max_chars:,}."
