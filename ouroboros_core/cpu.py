@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -342,3 +342,17 @@ class BusyWatch:
         self.threads = count
         self._wall = self._used = 0.0  # a window judges one thread count only
         self.set_threads(count)
+
+
+def watched(steps: Iterator, watch: BusyWatch) -> Iterator:
+    """`steps` (an engine's event stream) with each step timed by `watch`, so a decode that meets a
+    busy machine drops to one thread as the app's races do."""
+    while True:
+        watch.begin()
+        try:
+            item = next(steps)
+        except StopIteration:
+            return
+        finally:
+            watch.end()
+        yield item

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ouroboros_core.cpu import watched as cpu_watched
 from ouroboros_core.cpu import (
     BUSY_SHARE,
     RETRY_S,
@@ -192,3 +193,44 @@ def test_a_neighbour_on_our_cores_makes_a_real_race_fall_back_to_one_thread():
     assert out.returncode == 0, out.stderr[-2000:]
     threads, busy, share = out.stdout.split()
     assert threads == "1" and int(busy) >= 1 and float(share) < BUSY_SHARE
+
+
+def test_watched_steps_are_timed_one_by_one_and_the_fall_is_said():
+    machine, watch, lines = watched()
+    ticks = []
+
+    def steps():
+        for _ in range(8):
+            machine.now += 0.1  # each step: 0.1 s of wall time at a third of the CPU
+            machine.used += 0.1 * watch.threads / 3
+            ticks.append(watch.threads)
+            yield "step"
+
+    assert list(cpu_watched(steps(), watch)) == ["step"] * 8
+    assert ticks[0] == 2 and ticks[-1] == 1 and watch.busy_windows >= 1
+    assert lines and "busy" in lines[0]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two cores to pin a neighbour onto",
+)
+def test_the_cli_beside_a_neighbour_on_our_cores_falls_back_to_one_thread():
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(cores[1])])
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "ouroboros_core", "generate", "--target", "demo"]
+            + ["--max-new-tokens", "400", "--no-colour", "def parse(text):\n"],
+            cwd=ROOT,
+            timeout=300,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "OUROBOROS_THREADS": ""},
+            preexec_fn=lambda: os.sched_setaffinity(0, set(cores)),
+        )
+    finally:
+        neighbour.kill()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "torch threads: 2 (CPU affinity" in out.stderr, out.stderr[-2000:]
+    assert "torch threads: 2 -> 1 (busy" in out.stderr, out.stderr[-2000:]
