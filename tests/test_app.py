@@ -256,18 +256,27 @@ def test_the_idle_app_uses_under_one_percent_of_a_core(app_server):
     assert used < 0.01, f"idle server used {used:.1%} of a core"
 
 
-def test_a_bad_call_is_refused_at_once_while_a_race_holds_the_device(client):
-    """Calls are checked when they arrive, not when the device frees: with a 128-token race running,
-    an empty prompt is refused within 2 s (stretched by the measured load), naming the parameter."""
-    from pace import scaled
-
-    job = client.submit(CODE_PROMPT, 128, api_name="/race")
+def running_race(client, job=None):
+    """A 512-token race that has begun streaming and holds the device: `job` while it still runs,
+    else a new one."""
+    if job is not None and not job.done():
+        return job
+    job = client.submit(CODE_PROMPT, 512, api_name="/race")
     deadline = time.monotonic() + 120
     while not job.outputs() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert job.outputs() and not job.done(), (
-        "the race should hold the device while the bad call arrives"
-    )
+    assert job.outputs(), "the race should begin streaming"
+    return job
+
+
+def test_a_bad_call_is_refused_at_once_while_a_race_holds_the_device(client):
+    """Calls are checked when they arrive, not when the device frees: with a race running, an
+    empty prompt is refused within 2 s (stretched by the measured load), naming the parameter. A
+    refusal counts only where the race still ran when it came back (on a fast machine a race may
+    end first: another one starts and the call is made again)."""
+    from pace import scaled
+
+    job = None
     for args, message in (
         (("",), "prompt: Prompt is empty"),
         ((["def f():"], 8), "prompt: Prompt must be text (a string), got list"),
@@ -276,9 +285,14 @@ def test_a_bad_call_is_refused_at_once_while_a_race_holds_the_device(client):
             "seed: Seed must be a whole number",
         ),
     ):
-        started = time.perf_counter()
-        with pytest.raises(ValidationError, match=re.escape(message)):
-            client.predict(*args, api_name="/race")
-        assert time.perf_counter() - started < scaled(2.0)
-    assert not job.done(), "refused at once, not after the race"
+        for _ in range(5):
+            job = running_race(client, job)
+            started = time.perf_counter()
+            with pytest.raises(ValidationError, match=re.escape(message)):
+                client.predict(*args, api_name="/race")
+            took = time.perf_counter() - started
+            if not job.done():
+                break  # the race held the device all the while
+        assert not job.done(), "five races ended before one refusal came back"
+        assert took < scaled(2.0), (message, took)
     job.cancel()
