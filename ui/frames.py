@@ -15,6 +15,7 @@ from ouroboros_core.race import Lane
 from ui.chart import chart_svg
 from ui.inspect import best_step, replayable, step_html
 from ui.render import badge_html, lane_parts, summary_html
+from ui.loops import loop_note
 
 TEXT_EVERY_S = 0.06  # streamed text ~16 times a second
 CHART_EVERY_S = 0.5  # the chart ~2 times a second: a slow browser keeps up
@@ -68,7 +69,11 @@ class RaceView:
             values[text], values[stats] = lane_parts(lanes, method, colour, context)
         if chart:
             values[self.chart] = chart_svg(lanes)
-        values[self.badge] = badge_html(lanes, final.get("verdicts")) + final.get("sampling", "")
+        values[self.badge] = (
+            badge_html(lanes, final.get("verdicts"))
+            + final.get("sampling", "")
+            + (loop_note(lanes) if final else "")
+        )
         values[self.summary] = (
             summary_html(lanes, final["costs"], final.get("busy")) if final else ""
         )

@@ -12,11 +12,11 @@ from ui.guard import KNOBS, SAMPLING
 
 def knob_input(name: str, setting: Knob) -> Component:
     """A knob's slider, at its default; a knob that may be left unset (the seed) gets a box instead,
-    starting empty (unset), which a visitor may fill."""
+    starting at the page's lowest value, which a visitor may empty."""
     page = setting.page
     if setting.default is None:
         # Unbounded: the validator says why a value is refused.
-        return gr.Number(None, label=page.label, elem_id=name, info=page.info)
+        return gr.Number(page.low, label=page.label, elem_id=name, info=page.info)
     return gr.Slider(
         page.low,
         page.high,
