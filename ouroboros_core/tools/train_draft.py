@@ -26,10 +26,11 @@ import json
 import math
 import random
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .draft_loss import Head, answer_loss, batches, evaluate, load_rows, teacher_targets
+from .draft_loss import Head, answer_loss, batches, evaluate, kind_of, load_rows, teacher_targets
 
 
 @dataclass(frozen=True)
@@ -230,9 +231,14 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
         "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
         "temperatures": sorted({r["temperature"] for r in rows}),
         "heldout_answers": len(held),
+        "kinds": dict(Counter(kind_of(row) for row in rows).most_common()),
         "history": history,
         "heldout_curve": curve,
     }
+    earlier = Path(cfg.start) / "training.json" if cfg.start else None
+    if earlier and earlier.is_file():
+        # the training this one went on from, so the card can tell the whole story
+        summary["started_from"] = json.loads(earlier.read_text())
     (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
