@@ -46,6 +46,9 @@ class DraftTraining:
     # >0: learn the target's own top-k next-token chances at every answer position too
     teacher_k: int = 0
     start: str = ""  # a draft folder to go on training from ("": the target cut to `layers`)
+    # learn that draft's stored answers again too (its earlier requests' answers, so a new kind of
+    # request does not wash out what it knew)
+    with_store: bool = False
 
 
 def cut_target(target, layers: int):
@@ -103,7 +106,10 @@ def write_answers(rows: list[dict], out: Path, start: str = "") -> int:
 
     earlier = Path(start) / ANSWERS_FILE if start else None
     answers = json.loads(earlier.read_text())["answers"] if earlier and earlier.is_file() else []
-    answers += [row["ids"][row["prompt_tokens"] - ORDERS[0] :] for row in rows]
+    # rows read back from a store are in it already
+    answers += [
+        row["ids"][row["prompt_tokens"] - ORDERS[0] :] for row in rows if not row.get("stored")
+    ]
     about = (
         "The target's answers to the draft's training requests (ouroboros_core/tools/"
         "chat_requests.py and broad_requests.py), each after its request's last 4 tokens; written "
@@ -112,6 +118,19 @@ def write_answers(rows: list[dict], out: Path, start: str = "") -> int:
     text = json.dumps({"about": about, "answers": answers}, separators=(",", ":"))
     (out / ANSWERS_FILE).write_text(text + "\n")
     return sum(map(len, answers))
+
+
+def store_rows(folder: Path) -> list[dict]:
+    """A draft folder's stored answers (answers.json) as training rows: each answer after the last
+    tokens of its request, the only context the store kept; marked stored, so they are not stored
+    twice."""
+    from ouroboros_core.answers import ANSWERS_FILE, ORDERS
+
+    answers = json.loads((folder / ANSWERS_FILE).read_text())["answers"]
+    return [
+        {"id": f"stored:{i}", "ids": ids, "prompt_tokens": ORDERS[0], "stored": True}
+        for i, ids in enumerate(answers)
+    ]
 
 
 def first_draft(cfg: DraftTraining, target):
@@ -143,6 +162,8 @@ def prepare(cfg: DraftTraining, samples: list[Path], heldout: Path, log):
     target, tokenizer = load_target_of(cfg.preset, log)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows, held = load_rows(samples), load_rows([heldout])
+    if cfg.with_store and cfg.start:
+        rows += store_rows(Path(cfg.start))
     if cfg.teacher_k:
         teacher_targets(target, rows, pad, cfg.teacher_k, cfg.batch_tokens, log)
     draft = first_draft(cfg, target)
@@ -229,7 +250,7 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
         "vocabulary": vocabulary_size,
         "stored_answer_tokens": stored,
         "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
-        "temperatures": sorted({r["temperature"] for r in rows}),
+        "temperatures": sorted({r["temperature"] for r in rows if "temperature" in r}),
         "heldout_answers": len(held),
         "kinds": dict(Counter(kind_of(row) for row in rows).most_common()),
         "history": history,
@@ -274,6 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also learn the target's top-k chances at every answer position (0: its tokens alone)",
     )
     parser.add_argument("--start", default="", help="a draft folder to go on training from")
+    parser.add_argument(
+        "--with-store",
+        action="store_true",
+        help="with --start: learn that draft's stored answers (answers.json) again too",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return parser
 
@@ -307,6 +333,7 @@ def main(argv=None) -> None:
         lr=args.lr,
         teacher_k=args.teacher_k,
         start=args.start,
+        with_store=args.with_store,
     )
     train(cfg, args.samples, args.heldout, args.out)
 
