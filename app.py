@@ -109,7 +109,9 @@ def race_api(
     target_token, milliseconds, and the trunk and branches the target verified), its Ouroboros lane
     with "verdict": {kind: "identical" | "float tie" | "rounding boundary" | "mismatch",
     first_difference, margin, spread (16-bit: how far scores moved between forward shapes)} against
-    vanilla (None if the race was cut short), and in each lane
+    vanilla (None if the race was cut short), "speedup" (by the clock), "forward_ratio" (vanilla's
+    target forwards over its own) and "repeats" (the share of the answer that repeats its own
+    earlier text), and in each lane
     "sampling": {temperature, top_p, seed} (None when greedy). gamma, window, ngram, branches:
     Ouroboros settings, None for the defaults. temperature 0 is greedy; above 0 both lanes sample,
     each position's draw fixed by the seed and the position, so they write the same text; seed None

@@ -80,6 +80,13 @@ def test_race_returns_identical_lanes_with_stats(client):
     vanilla, ouroboros = result["vanilla"], result["ouroboros"]
     assert ouroboros["token_ids"] == vanilla["token_ids"]
     assert ouroboros["text"] == vanilla["text"]
+    # the race's own figures, as the page shows them
+    speed = ouroboros.pop("speedup")
+    by_clock = ouroboros["stats"]["tokens_per_second"] / vanilla["stats"]["tokens_per_second"]
+    assert speed == pytest.approx(by_clock, abs=1e-3)
+    forwards = vanilla["stats"]["target_forwards"] / ouroboros["stats"]["target_forwards"]
+    assert ouroboros.pop("forward_ratio") == pytest.approx(forwards, abs=1e-3)
+    assert 0.0 <= ouroboros.pop("repeats") <= 1.0
     # Vanilla is one forward per token and drafts nothing; Ouroboros never needs more forwards than
     # that.
     assert vanilla["stats"]["target_forwards"] == vanilla["stats"]["new_tokens"]

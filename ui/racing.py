@@ -18,6 +18,7 @@ from ui.guard import Limits, RaceRequest, refuse
 from ui.loading import PairLoader, visitor_engine
 from ui.render import api_result, race_log_line, sampling_line
 from ui.threads import DeviceThread
+from ui.loops import repeated_share
 
 API_EVERY_S = 0.25  # /race streams the lanes four times a second
 log = logging.getLogger("ouroboros.app")
@@ -124,11 +125,28 @@ class Racing:
             verdict = self.verdicts(asked, lanes).get("ouroboros")
             self.calibration.add(lanes, busy=self.watch.busy_since(mark) is not None)
             final["ouroboros"]["verdict"] = verdict.to_dict() if verdict else None
+            final["ouroboros"].update(race_figures(lanes))
             for lane in final.values():
                 lane["sampling"] = asked.sampling or None
             yield final
         finally:  # also when the client cancels: a generator left alone stops computing at once
             log_race("api", lanes)
+
+
+def race_figures(lanes: dict[str, Lane]) -> dict:
+    """What a finished race shows beside its lanes, for API clients: Ouroboros's speed over
+    vanilla's by the clock (tokens per second), vanilla's target forwards over Ouroboros's, and the
+    share of the answer that repeats its own earlier text (the page's loop note)."""
+    vanilla, ouroboros = lanes["vanilla"].done.stats, lanes["ouroboros"].done.stats
+    return {
+        "speedup": round(ouroboros.tokens_per_second / vanilla.tokens_per_second, 3)
+        if vanilla.tokens_per_second
+        else None,
+        "forward_ratio": round(vanilla.target_forwards / ouroboros.target_forwards, 3)
+        if ouroboros.target_forwards
+        else None,
+        "repeats": round(repeated_share(list(lanes["ouroboros"].done.token_ids)), 3),
+    }
 
 
 def log_race(who: str, lanes: dict[str, Lane] | None) -> None:
