@@ -75,6 +75,12 @@ def test_dry_run_lists_every_file_with_its_size_and_calls_no_hub(monkeypatch, ca
     assert "https://huggingface.co/spaces/me/race" in out
     assert "Variables: OUROBOROS_PRESET=demo" in out and "Hardware: t4-small" in out
     assert "Dry run: nothing was sent to the Hub." in out
+    # the README's race recording lives in docs/, which the Space lacks: said, with the way out
+    assert "warning: the README's image docs/race.gif is not in the Space" in out
+    assert "--project-url" in out
+    url = "https://example.org/race/blob/main"
+    assert space.main(["deploy", "me/race", "--dry-run", "--project-url", url]) == 0
+    assert "image docs/race.gif" not in capsys.readouterr().out
 
 
 def test_deploy_creates_the_space_sets_variables_uploads_the_set_and_requests_hardware(

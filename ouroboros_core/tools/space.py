@@ -32,7 +32,14 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from .space_checks import lfs_rules, stored_in_lfs, upload_set_problems
-from .space_files import ROOT, SPACE_GITATTRIBUTES, SpaceFile, untracked_in_space, upload_set
+from .space_files import (
+    ROOT,
+    SPACE_GITATTRIBUTES,
+    SpaceFile,
+    missing_images,
+    untracked_in_space,
+    upload_set,
+)
 
 # The plan's hardware table and parameter estimate stay reachable as space.SPACE_HARDWARE,
 # space.Hardware and space.parameters (explicit re-exports), where callers found them before the
@@ -218,6 +225,13 @@ def run_deploy(args: argparse.Namespace) -> None:
     overridden = checks.refusals if args.deploy_anyway else []
     for warning in checks.warnings + [f"{refusal} (deploying anyway)" for refusal in overridden]:
         print(f"warning: {warning}")
+    if not args.project_url:
+        readme = (ROOT / "README.md").read_text()
+        for image in missing_images(readme, {f.path for f in files}):
+            print(
+                f"warning: the README's image {image} is not in the Space, so its page leaves it "
+                "out; --project-url URL links it from where the project lives"
+            )
     for name in untracked_in_space(ROOT):
         print(f"warning: {name} is not tracked by git, so it is left out; git add it to deploy it")
     problems = upload_set_problems(files)

@@ -182,6 +182,16 @@ def in_paths(path: str, paths: set[str]) -> bool:
     return path in paths or any(p.startswith(folder) for p in paths)
 
 
+def missing_images(text: str, paths: set[str]) -> list[str]:
+    """The README's local images (in order, once each) that the Space's files lack."""
+    found = [
+        local_target(match.group(3))
+        for match in MARKDOWN_LINK.finditer(text)
+        if match.group(1) and local_target(match.group(3))
+    ]
+    return list(dict.fromkeys(path for path in found if not in_paths(path, paths)))
+
+
 def space_links(text: str, paths: set[str], project_url: str | None) -> str:
     """Links and images to files the Space lacks: absolute, under project_url; without one, a link
     keeps only its text and an image goes."""
