@@ -172,24 +172,37 @@ RACER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(
+TWO_CORES = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
     reason="needs two cores to pin a neighbour onto",
 )
-def test_a_neighbour_on_our_cores_makes_a_real_race_fall_back_to_one_thread():
+
+
+def beside_a_neighbour(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run `command` on our first two cores while a busy loop holds the second of them."""
     cores = sorted(os.sched_getaffinity(0))[:2]
     neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(cores[1])])
     try:
-        out = subprocess.run(
-            [sys.executable, "-c", RACER, ",".join(map(str, cores))],
+        return subprocess.run(
+            command,
             cwd=ROOT,
-            timeout=180,
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            preexec_fn=lambda: os.sched_setaffinity(0, set(cores)),
+            **kwargs,
         )
     finally:
         neighbour.kill()
+
+
+@TWO_CORES
+def test_a_neighbour_on_our_cores_makes_a_real_race_fall_back_to_one_thread():
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    out = beside_a_neighbour(
+        [sys.executable, "-c", RACER, ",".join(map(str, cores))],
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     threads, busy, share = out.stdout.split()
     assert threads == "1" and int(busy) >= 1 and float(share) < BUSY_SHARE
@@ -211,26 +224,14 @@ def test_watched_steps_are_timed_one_by_one_and_the_fall_is_said():
     assert lines and "busy" in lines[0]
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-    reason="needs two cores to pin a neighbour onto",
-)
+@TWO_CORES
 def test_the_cli_beside_a_neighbour_on_our_cores_falls_back_to_one_thread():
-    cores = sorted(os.sched_getaffinity(0))[:2]
-    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(cores[1])])
-    try:
-        out = subprocess.run(
-            [sys.executable, "-m", "ouroboros_core", "generate", "--target", "demo"]
-            + ["--max-new-tokens", "400", "--no-colour", "def parse(text):\n"],
-            cwd=ROOT,
-            timeout=300,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "OUROBOROS_THREADS": ""},
-            preexec_fn=lambda: os.sched_setaffinity(0, set(cores)),
-        )
-    finally:
-        neighbour.kill()
+    out = beside_a_neighbour(
+        [sys.executable, "-m", "ouroboros_core", "generate", "--target", "demo"]
+        + ["--max-new-tokens", "400", "--no-colour", "def parse(text):\n"],
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OUROBOROS_THREADS": ""},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "torch threads: 2 (CPU affinity" in out.stderr, out.stderr[-2000:]
     assert "torch threads: 2 -> 1 (busy" in out.stderr, out.stderr[-2000:]

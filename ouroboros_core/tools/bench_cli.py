@@ -28,29 +28,7 @@ def add_bench_parser(sub) -> None:
         "bench", help="benchmark every method side by side on HumanEval or a JSONL file"
     )
     bench.add_argument("--limit", type=int, help="first N prompts only")
-    prompts = bench.add_mutually_exclusive_group()
-    prompts.add_argument(
-        "--prompts", type=Path, help='a JSONL file of {"prompt": ...} objects instead of HumanEval'
-    )
-    prompts.add_argument(
-        "--heldout",
-        action="store_true",
-        help="function stubs from the installed pip's source (Python the pair never saw) instead",
-    )
-    prompts.add_argument(
-        "--requests",
-        action="store_true",
-        help="held-out chat requests about pip's code (write, explain, list, a class, JSON, tests; "
-        "none in the default draft's training) instead, for a chat pair",
-    )
-    prompts.add_argument(
-        "--broad",
-        action="store_true",
-        help="the broad held-out chat requests (thirteen kinds: writing, role-play, reasoning, "
-        "maths, coding, extraction, science, humanities, translation, summarization, questions, "
-        "word problems, answers from a passage; --limit 65 takes 5 of each) instead, reported per "
-        "kind too",
-    )
+    add_prompt_sets(bench)
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument("--methods", default=",".join(ALL_METHODS), help="comma-separated subset")
     bench.add_argument(
@@ -74,6 +52,33 @@ def add_bench_parser(sub) -> None:
     add_model_args(bench)
     add_method_args(bench)
     bench.set_defaults(func=cmd_bench)
+
+
+def add_prompt_sets(bench) -> None:
+    """The bench's prompt sets, one at a time (HumanEval when none is named)."""
+    prompts = bench.add_mutually_exclusive_group()
+    prompts.add_argument(
+        "--prompts", type=Path, help='a JSONL file of {"prompt": ...} objects instead of HumanEval'
+    )
+    prompts.add_argument(
+        "--heldout",
+        action="store_true",
+        help="function stubs from the installed pip's source (Python the pair never saw) instead",
+    )
+    prompts.add_argument(
+        "--requests",
+        action="store_true",
+        help="held-out chat requests about pip's code (write, explain, list, a class, JSON, tests; "
+        "none in the default draft's training) instead, for a chat pair",
+    )
+    prompts.add_argument(
+        "--broad",
+        action="store_true",
+        help="the broad held-out chat requests (thirteen kinds: writing, role-play, reasoning, "
+        "maths, coding, extraction, science, humanities, translation, summarization, questions, "
+        "word problems, answers from a passage; --limit 65 takes 5 of each) instead, reported per "
+        "kind too",
+    )
 
 
 def cmd_bench(args) -> int:

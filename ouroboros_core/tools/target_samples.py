@@ -171,6 +171,24 @@ def append_samples(out: Path, batch: list[tuple[dict, float]], rows: list) -> in
     return new_tokens
 
 
+def add_request_args(parser: argparse.ArgumentParser) -> None:
+    """--requests and --temperatures: which requests the target answers, and how."""
+    parser.add_argument(
+        "--requests",
+        type=Path,
+        default=None,
+        help='with --pair smollm2: a JSONL file of {"id", "prompt", "chat"} requests to answer '
+        "(broad_requests writes one) instead of chat_requests' code requests",
+    )
+    parser.add_argument(
+        "--temperatures",
+        default=None,
+        help="comma-separated temperatures the requests take turns at (default: "
+        + ",".join(map(str, TEMPERATURES))
+        + "; greedy only with --heldout)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -194,20 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --pair smollm2: the held-out requests (pip's), greedy only, for the draft's "
         "card",
     )
-    parser.add_argument(
-        "--requests",
-        type=Path,
-        default=None,
-        help='with --pair smollm2: a JSONL file of {"id", "prompt", "chat"} requests to answer '
-        "(broad_requests writes one) instead of chat_requests' code requests",
-    )
-    parser.add_argument(
-        "--temperatures",
-        default=None,
-        help="comma-separated temperatures the requests take turns at (default: "
-        + ",".join(map(str, TEMPERATURES))
-        + "; greedy only with --heldout)",
-    )
+    add_request_args(parser)
     parser.add_argument(
         "--limit", type=int, default=None, help="how many stubs (default: all of them)"
     )
