@@ -135,8 +135,7 @@ def drawable(
     sample where its tempered score plus its noise is the highest of the nucleus
     (sampling.keyed_scores): it could be where, rounded up, it reaches the highest that any token
     the nucleus keeps in every rounding has rounded down; a token the nucleus keeps only in some
-    roundings counts. Never in float32, whose
-    rounding is far below any real gap."""
+    roundings counts. Never in float32, whose rounding is far below any real gap."""
     if dtype not in SIXTEEN_BIT:
         return False
     scores = scores.double()

@@ -4,7 +4,6 @@ loop than about the method: the page says so under the verdict."""
 
 from __future__ import annotations
 
-
 from ouroboros_core.race import Lane
 
 # A run of this many tokens written earlier in the same answer is a repeat, not a common phrase.

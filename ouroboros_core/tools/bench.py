@@ -26,7 +26,7 @@ from ..theory import (
     expected_tokens_per_forward,
     per_token_acceptance,
 )
-from .bench_report import HF_METHODS, REFERENCE, by_kind, machine_description
+from .bench_report import HF_METHODS, REFERENCE, by_kind, machine_description, ratios
 from .chat_requests import heldout_requests
 
 # Ouroboros with one phrase pool kept across the prompts (--warm-pool)
@@ -286,19 +286,6 @@ def one(engine, method, prompt, max_new_tokens, options, lookup_tokens, sampling
     # Wall time of the whole call, tokenising included: the same clock as transformers' generate
     # gets.
     return result.token_ids, time.perf_counter() - started, result.stats
-
-
-def ratios(run: MethodRun, base: MethodRun | None) -> tuple[float | None, float | None]:
-    """run's speed over base's: total tokens over total time, and the median of the per-prompt
-    ratios."""
-    if base is None:
-        return None, None
-    rate = (sum(run.tokens) / sum(run.seconds)) / (sum(base.tokens) / sum(base.seconds))
-    per_prompt = [
-        (t / s) / (bt / bs)
-        for t, s, bt, bs in zip(run.tokens, run.seconds, base.tokens, base.seconds)
-    ]
-    return round(rate, 3), round(statistics.median(per_prompt), 3)
 
 
 def summarise(

@@ -156,38 +156,52 @@ def markdown_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def by_kind(runs: dict, kinds: list[str]) -> dict:
-    """Each kind of request's figures, per method: speed over the engine's vanilla (total tokens
-    over total time on that kind's prompts) and, for engine methods, tokens per target forward."""
+def ratios(run, base) -> tuple[float | None, float | None]:
+    """run's speed over base's (bench.MethodRun): total tokens over total time, and the median of
+    the per-prompt ratios."""
     import statistics
 
-    vanilla = runs.get("vanilla")
+    if base is None:
+        return None, None
+    rate = (sum(run.tokens) / sum(run.seconds)) / (sum(base.tokens) / sum(base.seconds))
+    per_prompt = [
+        (t / s) / (bt / bs)
+        for t, s, bt, bs in zip(run.tokens, run.seconds, base.tokens, base.seconds)
+    ]
+    return round(rate, 3), round(statistics.median(per_prompt), 3)
+
+
+def by_kind(runs: dict, kinds: list[str]) -> dict:
+    """Each kind of request's figures, per method (bench.MethodRun cut to that kind's prompts):
+    speed over the engine's vanilla as the whole run's (ratios) and, for engine methods, tokens
+    per target forward."""
+    from dataclasses import replace
+
     out = {}
     for kind in dict.fromkeys(kinds):
         picked = [i for i, k in enumerate(kinds) if k == kind]
+        part = {
+            method: replace(
+                run,
+                tokens=[run.tokens[i] for i in picked],
+                seconds=[run.seconds[i] for i in picked],
+                stats=[run.stats[i] for i in picked] if run.stats else [],
+            )
+            for method, run in runs.items()
+        }
         rows = {}
-        for method, run in runs.items():
-            tokens = sum(run.tokens[i] for i in picked)
+        for method, run in part.items():
             row = {
                 "prompts": len(picked),
-                "tokens_per_s": tokens / sum(run.seconds[i] for i in picked),
+                "tokens_per_s": round(sum(run.tokens) / sum(run.seconds), 2),
             }
-            if vanilla is not None:
-                base = sum(vanilla.tokens[i] for i in picked) / sum(
-                    vanilla.seconds[i] for i in picked
-                )
-                row["over_vanilla"] = round(row["tokens_per_s"] / base, 3)
-                row["median_over_vanilla"] = round(
-                    statistics.median(
-                        (run.tokens[i] / run.seconds[i]) / (vanilla.tokens[i] / vanilla.seconds[i])
-                        for i in picked
-                    ),
-                    3,
-                )
+            over, median = ratios(run, part.get("vanilla"))
+            if over is not None:
+                row.update(over_vanilla=over, median_over_vanilla=median)
             if run.stats:
-                forwards = sum(run.stats[i].target_forwards for i in picked)
-                row["tokens_per_forward"] = round(tokens / forwards, 3) if forwards else None
-            row["tokens_per_s"] = round(row["tokens_per_s"], 2)
+                row["tokens_per_forward"] = (
+                    round(sum(run.tokens) / run.forwards, 3) if run.forwards else None
+                )
             rows[method] = row
         out[kind] = rows
     return out
