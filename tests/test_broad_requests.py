@@ -13,7 +13,14 @@ from ouroboros_core.events import Stats
 from ouroboros_core.tools import broad_words as words
 from ouroboros_core.tools.bench import MethodRun, broad_requests
 from ouroboros_core.tools.bench_report import by_kind, kind_table
-from ouroboros_core.tools.broad_requests import KINDS, fill_templates, split
+from ouroboros_core.tools.broad_requests import (
+    KINDS,
+    PASSAGE_KINDS,
+    fill_templates,
+    long_requests,
+    passages,
+    split,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "broad"
 
@@ -68,3 +75,26 @@ def test_the_bench_reads_each_kind_and_reports_it():
         {"by_kind": report, "methods": {"vanilla": {}, "ouroboros": {"label": "Ouroboros"}}}
     )
     assert f"| {KINDS[0]} | 2 | 2.00x | 2.50 |" in table
+
+
+def test_long_requests_run_over_held_out_passages_of_two_to_three_thousand_tokens():
+    from transformers import PreTrainedTokenizerFast
+
+    long = rows("requests-long.jsonl")
+    assert long == long_requests(len(long)), "the committed file is what long_requests writes"
+    assert [r["kind"] for r in long[:2]] == ["summarization", "passage_qa"] and len(long) >= 5
+    folder = Path(__file__).resolve().parent.parent / "assets" / "models" / "smollm2-draft"
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    training = passages(heldout=False)
+    for row in long:
+        assert 2_000 <= len(tokenizer(row["prompt"])["input_ids"]) <= 3_000, row["id"]
+        assert not any(paragraph in row["prompt"] for paragraph in training), row["id"]
+        assert sum(p in row["prompt"] for p in passages(heldout=True)) >= 5, row["id"]
+
+
+def test_no_training_request_quotes_a_held_out_paragraph():
+    # Some training manuals carry a licence's text, which held-out passages quote: such training
+    # requests are left out, so no held-out passage was ever answered in training.
+    train = [r["prompt"] for r in rows("requests-train.jsonl") if r["kind"] in PASSAGE_KINDS]
+    held = passages(heldout=True)
+    assert not [p for p in held if any(p in prompt for prompt in train)]

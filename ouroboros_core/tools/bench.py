@@ -62,7 +62,10 @@ def heldout_chat_requests(limit: int | None = None) -> list[dict]:
 
 # The broad held-out requests (broad_requests.py), thirteen kinds taking turns: the first 13 * N are
 # N of each kind.
-BROAD_HELDOUT = Path(__file__).resolve().parents[2] / "data" / "broad" / "requests-heldout.jsonl"
+BROAD = Path(__file__).resolve().parents[2] / "data" / "broad"
+BROAD_HELDOUT = BROAD / "requests-heldout.jsonl"
+# held-out summaries and answers over passages of 2,000 to 3,000 tokens (long_requests)
+LONG_REQUESTS = BROAD / "requests-long.jsonl"
 
 
 def broad_requests(limit: int | None = None) -> list[dict]:

@@ -11,6 +11,7 @@ from ..config import SAMPLING_OPTIONS as sampling_keys
 from ..config import ConfigError, SamplingConfig
 from .bench import (
     ALL_METHODS,
+    LONG_REQUESTS,
     WARM,
     broad_requests,
     heldout_chat_requests,
@@ -79,6 +80,12 @@ def add_prompt_sets(bench) -> None:
         "word problems, answers from a passage; --limit 65 takes 5 of each) instead, reported per "
         "kind too",
     )
+    prompts.add_argument(
+        "--long",
+        action="store_true",
+        help="held-out summaries and answers over a long passage (2,000 to 3,000 tokens each) "
+        "instead, for a chat pair: where verification runs over a long context",
+    )
 
 
 def cmd_bench(args) -> int:
@@ -143,6 +150,8 @@ def prompts_from_args(args) -> tuple[list[dict], str]:
         return heldout_chat_requests(args.limit), "Held-out chat request"
     if args.broad:
         return broad_requests(args.limit), "Broad held-out request"
+    if args.long:
+        return jsonl_prompts(LONG_REQUESTS, args.limit), "Long held-out request"
     if args.prompts:
         return jsonl_prompts(args.prompts, args.limit), args.prompts.name
     return humaneval_prompts(args.limit), "HumanEval-style"

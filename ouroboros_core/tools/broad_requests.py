@@ -44,6 +44,9 @@ KINDS = (
 )
 INFO = Path("/usr/share/info")
 LICENSES = Path("/usr/share/common-licenses")
+PASSAGE_KINDS = ("summarization", "passage_qa")  # the kinds whose requests carry a passage
+# A long request's passage, in characters: about 2,000 to 3,000 tokens of the manuals' English.
+LONG_CHARS = (9_000, 12_500)
 # Manuals whose paragraphs make training passages; held-out passages come from the others.
 TRAIN_MANUALS = ("coreutils", "grep", "sed", "find", "gzip", "diffutils", "gettext", "ed", "time")
 HELDOUT_MANUALS = ("wget", "gnupg", "bc", "nettle", "libtasn1", "rluserman", "bzip2", "gpgrt")
@@ -94,10 +97,18 @@ def passages(heldout: bool) -> list[str]:
     return [p for name in TRAIN_MANUALS for p in manual_paragraphs(name)]
 
 
-def passage(rng: random.Random, pool: list[str], long: bool = False) -> str:
-    """One to three neighbouring paragraphs (eight to fourteen for a long one)."""
+def passage(rng: random.Random, pool: list[str], long: bool = False, chars: int = 0) -> str:
+    """One to three neighbouring paragraphs (eight to fourteen for a long one); with `chars`, as
+    many neighbouring paragraphs as reach that many characters."""
     count = rng.randint(8, 14) if long else rng.randint(1, 3)
     start = rng.randrange(max(1, len(pool) - count))
+    if chars:
+        end = start = rng.randrange(len(pool))
+        while end < len(pool) and sum(map(len, pool[start:end])) < chars:
+            end += 1
+        while start > 0 and sum(map(len, pool[start:end])) < chars:
+            start -= 1
+        return "\n\n".join(pool[start:end])
     return "\n\n".join(pool[start : start + count])
 
 
@@ -125,7 +136,9 @@ STOP = {
 }
 
 
-def fill_templates(kind: str, rng: random.Random, heldout: bool, pool: list[str]) -> str:
+def fill_templates(
+    kind: str, rng: random.Random, heldout: bool, pool: list[str], chars: int = 0
+) -> str:
     template = rng.choice(split(words.TEMPLATES[kind], heldout))
     pick = lambda items: rng.choice(split(items, heldout))  # noqa: E731
     slots = {
@@ -145,8 +158,8 @@ def fill_templates(kind: str, rng: random.Random, heldout: bool, pool: list[str]
     if kind == "translation":
         slots["language"] = pick(words.TARGET_LANGUAGES)
         slots["sentence"] = pick(words.EVERYDAY_SENTENCES)
-    if kind in ("summarization", "passage_qa"):
-        slots["passage"] = passage(rng, pool, long=rng.random() < 0.08)
+    if kind in PASSAGE_KINDS:
+        slots["passage"] = passage(rng, pool, long=rng.random() < 0.08, chars=chars)
         slots["word"] = keyword(rng, slots["passage"])
     if kind == "extraction":
         slots["document"] = document(rng, heldout)
@@ -293,10 +306,15 @@ def requests(per_kind: int, heldout: bool, seed: int) -> list[dict]:
             seen.setdefault(text if heldout else with_style(rng, text))
         by_kind[kind] = list(seen)
     prefix = "heldout" if heldout else "train"
+    # Some manuals carry a licence's text, which held-out passages quote too: a training request
+    # holding a held-out paragraph is dropped (the rest keep their ids).
+    held = set() if heldout else set(passages(heldout=True))
     out = []
     for i in range(per_kind):
         for kind in KINDS:
-            if i < len(by_kind[kind]):
+            if i < len(by_kind[kind]) and not (
+                kind in PASSAGE_KINDS and quotes(by_kind[kind][i], held)
+            ):
                 out.append(
                     {
                         "id": f"{prefix}:{kind}:{i}",
@@ -308,6 +326,26 @@ def requests(per_kind: int, heldout: bool, seed: int) -> list[dict]:
     return out
 
 
+def quotes(text: str, paragraphs: set[str]) -> bool:
+    """Whether the text holds one of the paragraphs whole."""
+    return any(paragraph in text for paragraph in paragraphs)
+
+
+def long_requests(count: int, seed: int = 2) -> list[dict]:
+    """count held-out requests over a long passage (LONG_CHARS characters: 2,000 to 3,000 tokens of
+    English prose), summaries and answers from it taking turns: the requests whose verification
+    runs over a long context."""
+    rng = random.Random(seed)
+    training = set(passages(heldout=False))
+    pool = [p for p in passages(heldout=True) if p not in training]
+    out = []
+    for i in range(count):
+        kind = PASSAGE_KINDS[i % 2]
+        prompt = fill_templates(kind, rng, True, pool, chars=rng.randint(*LONG_CHARS))
+        out.append({"id": f"long:{kind}:{i}", "kind": kind, "prompt": prompt, "chat": True})
+    return out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -315,11 +353,13 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the two JSONL files")
     parser.add_argument("--per-kind", type=int, default=700, help="training requests per kind")
     parser.add_argument("--heldout-per-kind", type=int, default=12)
+    parser.add_argument("--long", type=int, default=6, help="held-out requests over a long passage")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name, rows in (
         ("requests-train.jsonl", requests(args.per_kind, False, seed=0)),
         ("requests-heldout.jsonl", requests(args.heldout_per_kind, True, seed=1)),
+        ("requests-long.jsonl", long_requests(args.long)),
     ):
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         (args.out / name).write_text(text)
