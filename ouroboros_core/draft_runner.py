@@ -24,15 +24,24 @@ def shared_prefix(a: list, b: list, limit: int) -> int:
     return low
 
 
+# The most tokens of a prompt the draft reads: the last ones. A draft guesses the next words from
+# the last few sentences; reading a long prompt whole cost its prefill a second of a 2,800-token
+# request's race on the CPU, and more attention in every later forward (docs/BENCHMARKS.md, *Long
+# requests*). Lookup still copies from the whole text.
+DRAFT_CONTEXT = 512
+
+
 class DraftRunner:
     """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to
-    extend."""
+    extend, from the last `context` tokens of the first sequence on."""
 
-    def __init__(self, model):
+    def __init__(self, model, context: int = DRAFT_CONTEXT):
         self.model = model  # a transformers model, or the LeanDecoder that wraps it
         self.cache = new_cache(model)
         self.fed: list[int] = []  # tokens whose keys and values are in the cache
         self.vocab = model.get_input_embeddings().num_embeddings
+        self.context = context
+        self.start: int | None = None  # where the draft's reading begins, set by the first call
 
     def readable(self, tokens) -> bool:
         """Whether the draft has an embedding for every token (a target may pad its vocabulary past
@@ -45,6 +54,9 @@ class DraftRunner:
         """Logits after `sequence` and at every branch position; the cache keeps `sequence` alone. A
         branch with attach -1 stands in for the sequence's last token (it sees the tokens before
         it); by default a branch continues the whole sequence."""
+        if self.start is None:
+            self.start = max(0, len(sequence) - self.context)
+        sequence = sequence[self.start :]
         # Feed one token at least.
         common = shared_prefix(self.fed, sequence, min(len(self.fed), len(sequence) - 1))
         truncate(self.cache, common)

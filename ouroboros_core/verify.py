@@ -133,6 +133,12 @@ def forward_tree(
     vocab).
     """
     assert pending, "at least one token must be fed to get a next-token distribution"
+    if branches and len(pending) > 1:
+        # Many pending tokens (a prompt) go through the plain causal forward first, the tree after
+        # the last of them: under a mask every score of the run is computed and the masked kernels
+        # run, which cost a long prompt's prefill a quarter more.
+        forward_tree(model, cache, pending[:-1], [], [])
+        pending = pending[-1:]
     past = cache_length(cache)
     device = input_device(model)
     tokens = pending + trunk + [t for branch in branches for t in branch]

@@ -234,3 +234,27 @@ def test_tree_logits_with_a_root_branch_equal_sequential_forwards(tree_models, a
     torch.testing.assert_close(logits[:3], plain_logits(model, prefix + trunk)[-3:], **tol)
     torch.testing.assert_close(logits[3:6], plain_logits(model, prefix + [21, 22, 23])[-3:], **tol)
     torch.testing.assert_close(logits[6:8], plain_logits(model, prefix + [11, 31, 32])[-2:], **tol)
+
+
+def test_a_prompt_before_a_tree_runs_unmasked_and_only_the_tree_is_masked(tree_models):
+    # A long prompt's prefill under a tree mask computes every masked score and takes the slower
+    # kernels: the pending run goes first through the model's own causal path.
+    model = tree_models[ARCHITECTURES[0], "sdpa"]
+    calls = []
+    forward = model.forward
+
+    def recording(**kwargs):
+        mask = kwargs.get("attention_mask")
+        calls.append((kwargs["input_ids"].shape[1], None if mask is None else tuple(mask.shape)))
+        return forward(**kwargs)
+
+    model.forward = recording
+    try:
+        prompt = list(range(3, 40))
+        logits = forward_tree(model, new_cache(model), prompt, [11, 12], [[21], [31, 32]])
+    finally:
+        del model.forward
+    # The prompt but its last token unmasked; that token, the trunk and the branches under the mask.
+    assert calls == [(36, None), (6, (1, 1, 6, 42))]
+    reference = plain_logits(model, prompt + [11, 12])[len(prompt) - 1 :]
+    torch.testing.assert_close(logits[:3], reference, rtol=1e-5, atol=1e-5)
