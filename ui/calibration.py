@@ -14,13 +14,23 @@ from dataclasses import dataclass
 from ouroboros_core.race import Lane
 
 
+def first_step_ms(lane: Lane) -> float:
+    """A lane's first step in milliseconds: the prompt's prefill (the target's, and the draft's for
+    a drafting lane) with one step's work."""
+    return lane.events[0].draft_ms + lane.events[0].verify_ms if lane.events else 0.0
+
+
 def step_ms(lane: Lane) -> float | None:
-    """A finished lane's mean milliseconds per step (drafting and the target's verify forward), or
-    None."""
+    """A finished lane's mean milliseconds per step after its first (drafting and the target's
+    verify forward; the first carries the prompt's prefill, which grows with the prompt, not with
+    the steps), or None. A lane of one step has only that one."""
     stats = lane.stats
     if stats is None or not stats.target_forwards or lane.done.stop_reason == "cancelled":
         return None
-    return 1000 * (stats.draft_seconds + stats.verify_seconds) / stats.target_forwards
+    total = 1000 * (stats.draft_seconds + stats.verify_seconds)
+    if stats.target_forwards == 1 or len(lane.events) != stats.target_forwards:
+        return total / stats.target_forwards
+    return (total - first_step_ms(lane)) / (stats.target_forwards - 1)
 
 
 @dataclass(frozen=True)

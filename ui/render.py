@@ -8,7 +8,7 @@ import html
 
 from ouroboros_core.race import Lane
 from ouroboros_core.verdict import CALM, OutputVerdict, explain, first_difference
-from ui.calibration import StepCosts
+from ui.calibration import StepCosts, first_step_ms, step_ms
 
 LANE_TITLES = {
     "vanilla": "Vanilla (target alone)",
@@ -208,30 +208,35 @@ def sampling_line(sampling: dict | None, drawn: bool = False) -> str:
     )
 
 
-def expected(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[float | None, str]:
-    """The speedup a drafting lane's own tokens per target forward predict at step costs measured
-    apart from this race (`costs`: warm-up and earlier races), and a sentence on why the measured
-    figure differs."""
+def expected(method: str, lane: Lane, vanilla: Lane, costs: StepCosts | None):
+    """The speedup a drafting lane's own target forwards predict at step costs measured apart from
+    this race (`costs`: warm-up and earlier races), after the prompt's prefill, which both lanes pay
+    and which a long prompt makes most of a race; and a sentence on why the measured figure differs.
+    Returns (speedup or None, sentence)."""
     ratio = costs.ratio(method) if costs else None
-    if not stats.target_forwards or not vanilla.target_forwards:
+    stats, plain = lane.done.stats, vanilla.done.stats
+    if not stats.target_forwards or not plain.target_forwards:
         return None, ""
     if ratio is None:
         return None, "no earlier race of this lane on this server to take step costs from yet"
-    value = stats.tokens_per_forward / ratio
-    step = 1000 * (stats.draft_seconds + stats.verify_seconds) / stats.target_forwards
-    vanilla_step = 1000 * (vanilla.draft_seconds + vanilla.verify_seconds) / vanilla.target_forwards
-    here = step / vanilla_step if vanilla_step else 0.0
-    overhead = stats.seconds - stats.draft_seconds - stats.verify_seconds
+    vanilla_step, step = step_ms(vanilla), step_ms(lane)
+    if not vanilla_step or step is None:
+        return None, ""  # a stopped lane measured no steps to compare
+    prefill = max(0.0, first_step_ms(vanilla) - vanilla_step)
+    draft_prefill = lane.events[0].draft_ms if lane.events else 0.0
+    value = (prefill + plain.target_forwards * vanilla_step) / (
+        prefill + draft_prefill + stats.target_forwards * ratio * vanilla_step
+    )
     earlier = "the warm-up" + (
         f" and {count(costs.races - 1, 'earlier race')}" if costs.races > 1 else ""
     )
     return value, (
         f"expected {value:.2f}x = {stats.tokens_per_forward:.2f} tokens per target forward ÷ a "
-        "step "
-        f"costing {ratio:.2f}x a vanilla step ({costs.step_ms[method]:.1f} ms against "
-        f"{costs.step_ms['vanilla']:.1f} ms, medians over {earlier}). In this race a step cost "
-        f"{here:.2f}x a vanilla one ({step:.1f} ms against {vanilla_step:.1f} ms), and the "
-        f"prompt's prefill and the set-up took {overhead:.2f} s of its {stats.seconds:.2f} s"
+        f"step costing {ratio:.2f}x a vanilla step ({costs.step_ms[method]:.1f} ms against "
+        f"{costs.step_ms['vanilla']:.1f} ms, medians over {earlier}), after the prefill "
+        f"({prefill / 1000:.2f} s in both lanes, {draft_prefill / 1000:.2f} s more for the draft). "
+        f"In this race a step cost {step / vanilla_step:.2f}x a vanilla one "
+        f"({step:.1f} ms against {vanilla_step:.1f} ms)"
     )
 
 
@@ -277,13 +282,14 @@ def busy_line(busy_share: float | None) -> str:
     )
 
 
-def summary_row(method: str, stats, vanilla, costs: StepCosts | None) -> tuple[str, float, str]:
+def summary_row(
+    method: str, lane: Lane, vanilla: Lane, costs: StepCosts | None
+) -> tuple[str, float, str]:
     """A lane's row of the summary table, its clock speedup over vanilla, and why its measured
     speedup differs from the expected one ("" for vanilla, or with no expected figure)."""
-    speedup = (
-        stats.tokens_per_second / vanilla.tokens_per_second if vanilla.tokens_per_second else 0
-    )
-    predicted, why = expected(method, stats, vanilla, costs) if method != "vanilla" else (None, "")
+    stats, plain = lane.done.stats, vanilla.done.stats
+    speedup = stats.tokens_per_second / plain.tokens_per_second if plain.tokens_per_second else 0
+    predicted, why = expected(method, lane, vanilla, costs) if method != "vanilla" else (None, "")
     cells = [
         LANE_TITLES[method],
         str(stats.target_forwards),
@@ -331,7 +337,7 @@ def summary_html(
     rows, notes, fewer = [], [], []
     for method, lane in lanes.items():
         s = lane.done.stats
-        row, speedup, why = summary_row(method, s, vanilla, costs)
+        row, speedup, why = summary_row(method, lane, lanes["vanilla"], costs)
         rows.append(row)
         if method != "vanilla" and s.target_forwards:
             fewer.append(
