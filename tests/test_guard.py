@@ -12,6 +12,7 @@ import pytest
 
 from ui.guard import (
     KNOBS,
+    SAMPLING,
     Limits,
     RaceRequest,
     check_prompt,
@@ -124,6 +125,22 @@ def test_each_input_is_taken_at_its_limits_and_refused_one_past_them(
         valid = [mark["is_valid"] for mark in marks]
         assert valid == [i != index for i in range(9)], (value, marks)
         assert marks[index]["message"] == f"{refusal}, got {value!r}.", marks[index]["message"]
+
+
+def test_the_seed_box_starts_empty_and_its_text_is_read_as_a_number_or_none():
+    from ui.settings import knob_input
+
+    box = knob_input("seed", SAMPLING["seed"])
+    assert box.value == "" and "empty" in box.info  # no seed until one is typed: each race draws
+    sampled = {**GOOD, "temperature": 0.8, "raw": False}
+    for empty in ("", "   ", None):
+        asked = check_race({**sampled, "seed": empty}, LIMITS)
+        assert asked.seed_drawn and 0 <= asked.sampling["seed"] <= 2**31 - 1
+    asked = check_race({**sampled, "seed": " 42 "}, LIMITS)
+    assert asked.sampling["seed"] == 42 and not asked.seed_drawn
+    for typed in ("abc", "-1", "4.5", "2147483648"):
+        with pytest.raises(gr.Error, match="Seed must be a whole number from 0 to 2147483647"):
+            check_race({**sampled, "seed": typed}, LIMITS)
 
 
 def test_the_page_offers_no_knob_value_the_engine_refuses():

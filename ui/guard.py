@@ -94,9 +94,13 @@ def check_number(label: str, value, low: float, high: float) -> float:
 def check_knob(name: str, value) -> int | float | None:
     """A knob's value (an Ouroboros knob or a sampling option) within its page's range, or None:
     left empty, for the default (the pair's setting; a sampled race's seed is drawn)."""
+    setting = KNOBS.get(name) or SAMPLING[name]
+    if isinstance(value, str) and setting.default is None:
+        # the page's seed box sends its text: empty for none, else the number typed
+        text = value.strip()
+        value = None if not text else int(text) if text.isdigit() else value
     if value is None:
         return None
-    setting = KNOBS.get(name) or SAMPLING[name]
     check = check_number if setting.kind is float else check_whole
     return check(setting.page.label, value, setting.page.low, setting.page.high)
 
@@ -202,7 +206,7 @@ def check_race(inputs: dict, limits: Limits) -> RaceRequest:
         max_new_tokens,
         options,
         sampling,
-        seed_drawn=inputs["seed"] is None,
+        seed_drawn=check_knob("seed", inputs["seed"]) is None,
         raw=bool(inputs["raw"]),
     )
 

@@ -48,18 +48,49 @@ EXAMPLES = examples(chosen_preset())
 PROMPT_LABEL = prompt_label(chosen_preset())
 
 
+def chosen_preset_entry():
+    """The host's preset (a presets.Preset), or None for a pair of the host's own or an unknown
+    name."""
+    from ouroboros_core.models import presets
+
+    name = chosen_preset()
+    return presets().get(name) if name else None
+
+
+def planned_device() -> str:
+    """The device type the pair will load on, as the loader picks it: OUROBOROS_DEVICE, else cuda
+    where there is one, else cpu."""
+    import torch
+
+    device = os.environ.get("OUROBOROS_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return device.split(":")[0]
+
+
 def pair_settings(engine=None) -> dict:
     """The Ouroboros settings a race on `engine` starts from: the pair's own for its device, else
-    the engine's defaults (those too while no pair is loaded yet)."""
+    the engine's defaults; while no pair is loaded yet, the host's preset's own for the device it
+    will load on, so the page says the same before and after."""
     from ouroboros_core import OuroborosConfig
 
-    own = engine.defaults.get("ouroboros", {}) if engine is not None else {}
+    if engine is not None:
+        own = engine.defaults.get("ouroboros", {})
+    else:
+        preset = chosen_preset_entry()
+        own = preset.settings.get(planned_device(), {}).get("ouroboros", {}) if preset else {}
     return {**asdict(OuroborosConfig()), **own}
 
 
 def has_store(engine=None) -> bool:
-    """Whether the loaded pair's draft carries the target's stored answers (answers.py)."""
-    return engine is not None and getattr(engine.draft, "answer_store", None) is not None
+    """Whether the pair's draft carries the target's stored answers (answers.py): the loaded one's,
+    else (while loading) the host's preset's, where its draft is a folder of this project."""
+    from ouroboros_core.answers import ANSWERS_FILE
+
+    if engine is not None:
+        return getattr(engine.draft, "answer_store", None) is not None
+    preset = chosen_preset_entry()
+    if preset is None or not preset.draft.startswith("assets/"):
+        return False
+    return (Path(__file__).resolve().parent.parent / preset.draft / ANSWERS_FILE).exists()
 
 
 def pair_description(engine=None) -> str:

@@ -11,12 +11,19 @@ from ui.guard import KNOBS, SAMPLING
 
 
 def knob_input(name: str, setting: Knob) -> Component:
-    """A knob's slider, at its default; a knob that may be left unset (the seed) gets a box instead,
-    starting at the page's lowest value, which a visitor may empty."""
+    """A knob's slider, at its default; a knob that may be left unset (the seed) gets a text box
+    instead, starting empty: a number box shows 0 for no value, and 0 is a seed."""
     page = setting.page
     if setting.default is None:
-        # Unbounded: the validator says why a value is refused.
-        return gr.Number(page.low, label=page.label, elem_id=name, info=page.info)
+        # The validator reads the text and says why a value is refused.
+        return gr.Textbox(
+            "",
+            label=page.label,
+            elem_id=name,
+            info=page.info,
+            placeholder=f"empty, or a whole number from {page.low} to {page.high}",
+            max_lines=1,
+        )
     return gr.Slider(
         page.low,
         page.high,
