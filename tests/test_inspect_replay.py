@@ -8,6 +8,7 @@ import re
 import threading
 import time
 import types
+from dataclasses import replace
 
 import pytest
 
@@ -70,6 +71,36 @@ def test_the_inspector_draws_the_tree_the_walk_and_the_timings():
     # the trunk after its mismatch; the branch's tail
     assert chips(html, "rejected") == ["b", "c", "y", "y"]
     assert chips(html, "unwalked") == ["q"] and chips(html, "own") == ["z"]
+
+
+def test_a_last_step_without_a_token_of_the_targets_says_what_ended_the_answer():
+    # The trunk's end-of-turn token stood: the answer ended there, before the target's own token.
+    end = tok(2, "<|im_end|>", Source.DRAFT)
+    for reason, words in (
+        ("eos", "none: the end-of-turn token it kept ended the answer"),
+        ("max_new_tokens", "none: the answer reached its token limit"),
+    ):
+        lane = hand_made_lane()
+        step = lane.events[0]
+        last = replace(
+            step,
+            index=1,
+            drafted=(end,),
+            branches=(),
+            accepted=(end,),
+            rejected=(),
+            target_token=None,
+            trunk=(end,),
+            attach=(),
+            trunk_accepted=1,
+            branch=None,
+        )
+        lane.apply(last)
+        stats = Stats(4, 2, 4, 3, 0.05, 0.003, 0.04)
+        lane.apply(DoneEvent((1, 4, 7, 2), "axz<|im_end|>", stats, reason))
+        html = step_html(lane, 2)
+        assert f"<i>{words}</i>" in html and chips(html, "kept")[-1] == "&lt;|im_end|&gt;"
+        assert "a limit ended the step" not in html and chips(step_html(lane, 1), "own") == ["z"]
 
 
 def test_a_branch_on_an_empty_trunk_follows_the_text_so_far():

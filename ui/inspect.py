@@ -78,6 +78,20 @@ def branch_rows(step: StepEvent) -> list[str]:
     return rows
 
 
+# Why a step added no token of the target's own, by how the race ended (its last step).
+ENDED_BY = {
+    "eos": "none: the end-of-turn token it kept ended the answer",
+    "max_new_tokens": "none: the answer reached its token limit",
+}
+
+
+def no_own_token(lane: Lane, number: int) -> str:
+    """Why step `number` of the lane has no token of the target's own: its last step ended the
+    answer, on an end token the target kept or at the token limit."""
+    reason = lane.done.stop_reason if lane.done and number == len(lane.events) else None
+    return f"<i>{ENDED_BY.get(reason, 'none: a limit ended the step')}</i>"
+
+
 def step_html(lane: Lane, number: int) -> str:
     """Step `number` (1-based) of a finished lane's recorded events."""
     if not lane.events:
@@ -101,11 +115,7 @@ def step_html(lane: Lane, number: int) -> str:
         + "".join(branch_rows(step))
         + "</tbody></table>"
     )
-    own = (
-        chip(step.target_token, "own")
-        if step.target_token
-        else "<i>none: a limit ended the step</i>"
-    )
+    own = chip(step.target_token, "own") if step.target_token else no_own_token(lane, number)
     walked = "".join(chip(t, "kept") for t in step.accepted) + own
     rejected = "".join(chip(t, "rejected") for t in step.rejected) or "<i>nothing</i>"
     path = (
