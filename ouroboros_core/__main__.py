@@ -9,7 +9,7 @@ import sys
 
 from .cli_args import add_method_args, add_model_args, engine_from_args, method_options
 from .config import METHODS, ConfigError
-from .cpu import ENV_VAR, BusyWatch, set_torch_threads, watched
+from .cpu import set_torch_threads
 from .events import DoneEvent, Source, StepEvent
 from .models import LoadError
 from .tools.bench_cli import add_bench_parser
@@ -52,8 +52,6 @@ def cmd_generate(args) -> int:
     events = engine.stream(
         prompt, args.method, args.max_new_tokens, raw=args.raw, **method_options(args, args.method)
     )
-    if engine.target.device.type == "cpu" and getattr(args, "thread_choice", None):
-        events = watched(events, cli_watch(args.thread_choice))
     colour = sys.stdout.isatty() and not args.no_colour
     for event in events:
         if args.events:
@@ -85,19 +83,6 @@ def cmd_generate(args) -> int:
                 )
                 print(f"\n\n{stats_line(event)}{legend}", file=sys.stderr)
     return 0
-
-
-def cli_watch(choice):
-    """A BusyWatch over the threads chosen at start-up (a count OUROBOROS_THREADS set stays): on a
-    machine another job keeps busy, the decode drops to one thread and says so."""
-    import torch
-
-    return BusyWatch(
-        choice.count,
-        torch.set_num_threads,
-        log=lambda line: print(line, file=sys.stderr),
-        fixed=choice.source == ENV_VAR,
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -58,7 +58,9 @@ def method_options(args, method: str) -> dict:
     return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
 
 
-def engine_from_args(args):
+def engine_from_args(args, watch_threads: bool = True):
+    """The pair the arguments name; watch_threads as load_engine's (a benchmark keeps its threads
+    fixed)."""
     from .models import load_engine
 
     # As the app: OUROBOROS_PRESET chooses the pair where --target does not.
@@ -70,4 +72,5 @@ def engine_from_args(args):
         dtype=args.dtype,
         device_map=args.device_map,
         trust_remote_code=args.trust_remote_code,
+        watch_threads=watch_threads,
     )

@@ -344,6 +344,23 @@ class BusyWatch:
         self.set_threads(count)
 
 
+def engine_watch(environ: Mapping[str, str] = os.environ, log=None) -> BusyWatch:
+    """The watch an engine loaded from Python or the CLI decodes under: torch's threads capped at
+    the container's CPU quota (a count OUROBOROS_THREADS sets stays), dropping to one while another
+    job holds the cores. log: where a change is said (default: the `ouroboros_core` logger's
+    warnings, which Python prints on stderr unless told otherwise)."""
+    import logging
+
+    import torch
+
+    choice = choose_threads_here(environ)
+    fixed = choice.source == ENV_VAR
+    count = choice.count if fixed else min(torch.get_num_threads(), choice.count)
+    torch.set_num_threads(count)
+    log = log or logging.getLogger("ouroboros_core").warning
+    return BusyWatch(count, torch.set_num_threads, log=log, fixed=fixed)
+
+
 def watched(steps: Iterator, watch: BusyWatch) -> Iterator:
     """`steps` (an engine's event stream) with each step timed by `watch`, so a decode that meets a
     busy machine drops to one thread as the app's races do."""

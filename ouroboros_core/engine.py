@@ -11,6 +11,7 @@ from dataclasses import fields
 from typing import Iterator
 
 from .attention import use_tree_attention
+from .cpu import watched
 from .config import ConfigError, OuroborosConfig, build_configs, check_int
 from .decode import DecodeLoop
 from .drafters import Ouroboros, Speculative, Vanilla
@@ -126,6 +127,9 @@ class Engine:
         if draft is not None:
             self.max_context = min(self.max_context, context_limit(draft))
         self._token_texts: dict[int, str] = {}
+        # a cpu.BusyWatch that keeps torch's threads fit for a busy machine while a request
+        # decodes (load_engine sets one on a CPU); None: the caller manages threads (the app)
+        self.watch = None
         self._draft_forward = None  # the draft as drafters call it: see draft_forward()
         self.defaults = {method: dict(options) for method, options in (defaults or {}).items()}
         for method, options in self.defaults.items():
@@ -208,7 +212,8 @@ class Engine:
             raise ConfigError(f"method {method!r} needs a draft model; this engine has none")
         sampler = Sampler(sampling.temperature, sampling.top_p, request_seed(sampling))
         drafter = pick_drafter(self, method, method_config, sampler, pool)
-        return DecodeLoop(self, drafter, sampler).run(ids, max_new_tokens, stop)
+        events = DecodeLoop(self, drafter, sampler).run(ids, max_new_tokens, stop)
+        return events if self.watch is None else watched(events, self.watch)
 
     def generate(
         self, prompt: str, method: str = "ouroboros", max_new_tokens: int = 128, **options

@@ -190,6 +190,7 @@ def load_engine(
     chat: bool | None = None,
     check_memory: bool = True,
     report: Report = ignore,
+    watch_threads: bool = True,
 ):
     """Load a pair once. target=None: the default preset (SmolLM2-135M-Instruct and its draft).
 
@@ -197,6 +198,9 @@ def load_engine(
     device_map="auto" spreads the target over the GPUs with accelerate. check_memory=False skips the
     free-memory check (on a ZeroGPU Space, where nothing may touch CUDA outside a GPU function).
     report receives a LoadStage at each stage (and as a download goes on), from the calling thread.
+    watch_threads: on a CPU, size torch's threads to the container's CPU quota and drop to one
+    while another job holds the cores (cpu.engine_watch); False for a caller that manages threads
+    itself (the app, a benchmark that must not change them mid-run).
     """
     from .engine import Engine
 
@@ -221,6 +225,10 @@ def load_engine(
         defaults=settings.get(device.type, {}),
     )
     engine.target_source = describe_source(target, target_folder, offline)
+    if watch_threads and device.type == "cpu" and not device_map:
+        from .cpu import engine_watch
+
+        engine.watch = engine_watch()
     return engine
 
 

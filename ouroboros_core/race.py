@@ -69,7 +69,12 @@ def race(
 ) -> Iterator[dict[str, Lane]]:
     """Yield the lanes after every step of any lane. Requests are validated before the first yield.
     raw: the prompt as it is, not as a chat turn (Engine.encode). watch: a cpu.BusyWatch that times
-    every step."""
+    every step, for an engine without one of its own (load_engine(watch_threads=False))."""
+    if watch is not None and getattr(engine, "watch", None) is not None:
+        raise ValueError(
+            "this engine watches its threads itself (load_engine's watch_threads): a second watch "
+            "would change them too; load it with watch_threads=False to pass one"
+        )
     options = options or {}
     pools = pools or {}
     streams = {}

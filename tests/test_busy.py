@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from ouroboros_core.cpu import watched as cpu_watched
 from ouroboros_core.cpu import (
@@ -161,7 +162,7 @@ RACER = textwrap.dedent("""
     from ouroboros_core import load_engine
     from ouroboros_core.cpu import BusyWatch
     from ouroboros_core.race import race
-    engine = load_engine("demo", device="cpu")
+    engine = load_engine("demo", device="cpu", watch_threads=False)
     watch = BusyWatch(2, torch.set_num_threads)
     started = time.perf_counter()
     while time.perf_counter() - started < 20 and watch.threads == 2:
@@ -235,3 +236,41 @@ def test_the_cli_beside_a_neighbour_on_our_cores_falls_back_to_one_thread():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "torch threads: 2 (CPU affinity" in out.stderr, out.stderr[-2000:]
     assert "torch threads: 2 -> 1 (busy" in out.stderr, out.stderr[-2000:]
+
+
+PYTHON_USER = textwrap.dedent("""
+    import torch
+    from ouroboros_core import load_engine
+    engine = load_engine("demo", device="cpu")
+    result = engine.generate("def parse(text):\\n", "ouroboros", 400)
+    print(torch.get_num_threads(), engine.watch.busy_windows, result.stats.new_tokens)
+""")
+
+
+@TWO_CORES
+def test_an_engine_loaded_from_python_beside_a_neighbour_falls_back_to_one_thread():
+    out = beside_a_neighbour(
+        [sys.executable, "-c", PYTHON_USER],
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OUROBOROS_THREADS": ""},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    threads, busy, tokens = out.stdout.split()
+    assert threads == "1" and int(busy) >= 1 and int(tokens) > 0
+    assert "torch threads: 2 -> 1 (busy" in out.stderr, out.stderr[-2000:]
+
+
+def test_an_engine_watches_its_threads_unless_told_not_to(monkeypatch):
+    from ouroboros_core import load_engine
+    from ouroboros_core.race import race
+
+    monkeypatch.setenv("OUROBOROS_THREADS", "1")
+    before = torch.get_num_threads()
+    try:
+        engine = load_engine("demo", device="cpu")
+    finally:
+        torch.set_num_threads(before)  # the engine set them; the other tests keep theirs
+    assert engine.watch.fixed and engine.watch.chosen == 1  # a count the host set is kept
+    with pytest.raises(ValueError, match="watches its threads itself"):
+        next(race(engine, "def f():\n", ["vanilla"], 4, watch=engine.watch))
+    assert load_engine("demo", device="cpu", watch_threads=False).watch is None

@@ -62,6 +62,7 @@ def load_pair(
         dtype=os.environ.get("OUROBOROS_DTYPE") or None,
         check_memory=check_memory,
         report=report,
+        watch_threads=False,  # the app fits and watches its threads itself (app.py's WATCH)
     )
     if warm_up:
         report(LoadStage("warm up", "Warming up (one short race)"))

@@ -177,7 +177,7 @@ def main(argv=None) -> int:
         if args.temperature
         else None
     )
-    base = load_engine(args.target)
+    base = load_engine(args.target, watch_threads=False)
     old_draft = base.draft
     if args.old_draft:
         old_draft = load_model(

@@ -96,7 +96,7 @@ def cmd_bench(args) -> int:
     sampling = sampling_from_args(args)
     if args.warm_pool:
         methods.append(WARM)
-    engine = engine_from_args(args)
+    engine = engine_from_args(args, watch_threads=False)
     if args.sweep:
         report = sweep(
             engine, prompts, args.max_new_tokens, progress=not args.no_progress, sampling=sampling

@@ -69,7 +69,7 @@ def measure(target: str, threads: int, past: int, repeats: int) -> dict:
     from ouroboros_core.tools.bench_report import provenance
 
     torch.set_num_threads(threads)
-    engine = load_engine(target, device="cpu", dtype="float32")
+    engine = load_engine(target, device="cpu", dtype="float32", watch_threads=False)
     model = engine.target
     # a small target too: the table says whether it would gain
     if not pack_linears(model, min_parameters=0):
