@@ -216,13 +216,9 @@ def load_engine(
     target_model, draft_model = load_pair(
         target_folder, draft_folder, device, dtype, trust_remote_code, device_map, report
     )
+    defaults = settings.get(device.type, {})
     engine = Engine(
-        target_model,
-        draft_model,
-        tokenizer,
-        name=name,
-        chat=bool(chat),
-        defaults=settings.get(device.type, {}),
+        target_model, draft_model, tokenizer, name=name, chat=bool(chat), defaults=defaults
     )
     engine.target_source = describe_source(target, target_folder, offline)
     if watch_threads and device.type == "cpu" and not device_map:
