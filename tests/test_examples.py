@@ -64,3 +64,14 @@ def test_each_example_label_holds_for_its_race(raced, pair, index):
         assert NAMES[source] in example["label"], shown
     if "tokens_per_forward" in claim:
         assert lane.stats.tokens_per_forward >= claim["tokens_per_forward"], shown
+
+
+@pytest.mark.parametrize("index", range(len(examples("smollm2"))))
+def test_each_answer_the_page_suggests_ends_within_its_length_unless_its_label_says_it_loops(
+    raced, index
+):
+    # A length that cuts the answer shows a class without its last method, an explanation
+    # mid-example; an answer that loops (its label says it repeats itself) runs to its length.
+    example, lanes = examples("smollm2")[index], raced["smollm2"][index]
+    loops = "repeats itself" in example["label"]
+    assert lanes["vanilla"].done.stop_reason == ("max_new_tokens" if loops else "eos"), example
