@@ -54,6 +54,13 @@ def test_one_row_and_unmasked_calls_are_transformers_own(monkeypatch):
     query, key, value, _ = tree_call(5, 10)
     assert tree_sdpa(Grouped(), query, key, value, None)[0] == "theirs"
     assert calls == [1, 5]
+    # Two masked rows (a trunk token and one branch row) are already a tree: torch's grouped SDPA,
+    # never the path that copies every cached key and value head.
+    for rows in (2, 3):
+        query, key, value, mask = tree_call(rows, 10)
+        out, _ = tree_sdpa(Grouped(), query, key, value, mask)
+        assert out.shape == (1, rows, 9, 16)
+    assert calls == [1, 5]
 
 
 @pytest.fixture

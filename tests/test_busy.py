@@ -83,6 +83,24 @@ def test_a_starved_window_falls_back_to_one_thread_and_tries_again_later():
     assert watch.threads == 2 and len(lines) == 2
 
 
+def test_after_a_busy_spell_the_retry_returns_to_the_fitted_count_not_to_two():
+    # On a larger machine the watch fitted 4 threads: a busy spell drops it to one, and the retry
+    # goes back to all 4 (a retry to 2, or to the quota, would only show with 3 cores or more).
+    machine, watch, lines = watched(chosen=6)
+    watch.reset(4)  # `fit` measured 4 of up to 6 fastest
+    while watch.threads == 4:
+        machine.step(watch, 0.4)
+    assert (
+        machine.threads == 1
+        and lines[-1] == "torch threads: 4 -> 1 (busy: its 4 threads got 40% of their CPU time)"
+    )
+    fell = machine.now
+    while watch.threads == 1:
+        machine.step(watch, 0.95)
+    assert machine.threads == 4 and RETRY_S <= machine.now - fell < RETRY_S + 0.2
+    assert lines[-1] == f"torch threads: 1 -> 4 (trying 4 again after {RETRY_S:.0f} s)"
+
+
 def test_a_count_the_host_fixed_is_kept_but_busy_windows_are_counted():
     machine, watch, lines = watched(fixed=True)
     for _ in range(30):

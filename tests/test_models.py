@@ -200,3 +200,29 @@ def test_a_preset_names_its_dtype_and_a_bad_dtype_is_a_clear_error(monkeypatch):
         LoadError, match="dtype must be one of float32, bfloat16, float16, got 'float64'"
     ):
         load_engine("demo", dtype="float64")
+
+
+def test_the_hub_download_takes_every_file_a_chat_pair_loads_from_and_no_other_weights():
+    # huggingface_hub's own filter, as snapshot_download applies HUB_FILES: a pair whose chat
+    # template lives only in chat_template.jinja must still load as a chat pair.
+    from huggingface_hub.utils import filter_repo_objects
+
+    from ouroboros_core.hub import HUB_FILES
+
+    needed = [
+        "chat_template.jinja",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "tokenizer.model",
+        "special_tokens_map.json",
+        "vocab.json",
+        "merges.txt",
+        "model.safetensors",
+        "model-00001-of-00004.safetensors",
+        "model.safetensors.index.json",
+    ]
+    others = ["pytorch_model.bin", "model.gguf", "onnx/model.onnx", "flax_model.msgpack"]
+    kept = set(filter_repo_objects(needed + others, allow_patterns=HUB_FILES))
+    assert kept == set(needed)

@@ -255,3 +255,13 @@ def test_a_models_size_comes_from_the_table_its_folder_or_its_name():
     assert space.parameters("someone/tiny") == (None, "")
     assert set(space.SPACE_HARDWARE) <= {flavor.value for flavor in SpaceHardware}
     assert space.SPACE_HARDWARE["t4-small"] == space.Hardware("Nvidia T4 small", 4, 15, 16, 1)
+
+
+def test_a_pair_kept_on_the_cpu_of_gpu_hardware_is_planned_in_float32_in_ram(paths):
+    # OUROBOROS_DEVICE=cpu on a T4 Space: the models load into the machine's RAM in float32, not
+    # into the GPU's memory in bfloat16.
+    pair = {"OUROBOROS_PRESET": "qwen-coder-7b", "OUROBOROS_DEVICE": "cpu"}
+    checks = space.plan_checks(pair, "t4-medium", paths)
+    assert "of weights in float32 for t4-medium's 30 GB of RAM" in checks.lines[-1], checks.lines
+    on_gpu = space.plan_checks({"OUROBOROS_PRESET": "qwen-coder-7b"}, "t4-medium", paths)
+    assert "in bfloat16, over t4-medium's 16 GB of GPU memory" in on_gpu.refusals[0]
