@@ -170,3 +170,19 @@ def test_the_legend_while_the_pair_loads_is_the_one_it_shows_once_loaded(engine,
     assert loading == legend_html(pair_settings(engine), has_store(engine))
     # The default pair: no pool entry (its settings read no pool), lookup over the stored answers.
     assert "tok-pool" not in loading and "the target's stored answers" in loading
+
+
+def test_race_sends_raw_text_as_it_is_and_a_request_as_a_chat_turn(default_app, engine):
+    # /race's raw switch on a chat pair: raw=True continues the text itself, raw=False answers it
+    # as a user's turn; each lane is the engine's own greedy output for that encoding.
+    from gradio_client import Client
+
+    client = Client(default_app.url, verbose=False)
+    prompt = "def fibonacci(n):\n"
+    for raw in (True, False):
+        result = client.predict(prompt, 16, raw=raw, api_name="/race")
+        expected = engine.generate(prompt, "vanilla", 16, raw=raw).token_ids
+        assert result["vanilla"]["token_ids"] == list(expected), raw
+        assert result["ouroboros"]["token_ids"] == list(expected), raw
+    chat = engine.generate(prompt, "vanilla", 16).token_ids
+    assert chat != engine.generate(prompt, "vanilla", 16, raw=True).token_ids
