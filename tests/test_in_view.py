@@ -130,7 +130,9 @@ def test_a_20000_character_paste_is_kept_whole_and_refused_in_tokens(page, size,
     assert page.errors == []
 
 
-@pytest.mark.parametrize("seed, shown", [("-1", "-1"), ("1.5", "1.5"), ("3e9", "3000000000")])
+@pytest.mark.parametrize(
+    "seed, shown", [("-1", "-1"), ("1.5", "1.5"), ("seven", "seven"), ("3000000000", "3000000000")]
+)
 def test_a_seed_out_of_range_gets_the_app_sentence_beside_it(page, size, seed, shown, app_server):
     laptop_only(size)
     since = log_length(app_server)

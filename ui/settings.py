@@ -21,7 +21,7 @@ def knob_input(name: str, setting: Knob) -> Component:
             label=page.label,
             elem_id=name,
             info=page.info,
-            placeholder=f"empty, or a whole number from {page.low} to {page.high}",
+            placeholder="empty: a new seed each race",
             max_lines=1,
         )
     return gr.Slider(
