@@ -5,7 +5,9 @@ events."""
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 
+from ouroboros_core import OuroborosConfig
 from ouroboros_core.events import DoneEvent, Source, Stats, StepEvent, Token
 from ouroboros_core.race import Lane
 from ui.chart import chart_svg, nice_ticks
@@ -352,8 +354,10 @@ def test_the_legend_names_only_the_sources_a_race_can_show():
     assert "tok-pool" in pair_legend("smollm2", branches=1) and "tok-pool" not in pair_legend(
         "demo", branches=0
     )
-    # the engine's draft candidates read it
-    assert "tok-pool" in legend_html({**pair_settings(), "branches": 0})
+    # the engine's own defaults' draft candidates read it
+    engine_defaults = asdict(OuroborosConfig())
+    assert engine_defaults["draft_candidates"] > 0
+    assert "tok-pool" in legend_html({**engine_defaults, "branches": 0})
     assert "tok-prompt" not in pair_legend("smollm2", lookup=0)  # nothing looked up, nothing pooled
     # as a refused page sends it: nothing in play
     assert "tok-pool" not in pair_legend("smollm2", branches=-1)
