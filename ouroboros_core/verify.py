@@ -10,6 +10,12 @@ import torch
 from .cache import cache_length
 
 
+# Pending tokens past which the run goes through the plain forward before the tree: on the 2-core
+# CPU the split cost 45-60 ms more below 300 tokens and broke even near 600 (docs/BENCHMARKS.md,
+# *Long requests*).
+PLAIN_RUN = 512
+
+
 @dataclass(frozen=True)
 class Verdict:
     trunk_accepted: int  # leading trunk tokens that equal the target's tokens
@@ -133,10 +139,10 @@ def forward_tree(
     vocab).
     """
     assert pending, "at least one token must be fed to get a next-token distribution"
-    if branches and len(pending) > 1:
-        # Many pending tokens (a prompt) go through the plain causal forward first, the tree after
-        # the last of them: under a mask every score of the run is computed and the masked kernels
-        # run, which cost a long prompt's prefill a quarter more.
+    if branches and len(pending) > PLAIN_RUN:
+        # A long prompt goes through the plain causal forward first, the tree after its last token:
+        # under a mask every score of the run is computed and the masked kernels run, which cost a
+        # long prompt's prefill a quarter more; a short one pays less than the second call costs.
         forward_tree(model, cache, pending[:-1], [], [])
         pending = pending[-1:]
     past = cache_length(cache)

@@ -236,7 +236,9 @@ def test_tree_logits_with_a_root_branch_equal_sequential_forwards(tree_models, a
     torch.testing.assert_close(logits[6:8], plain_logits(model, prefix + [11, 31, 32])[-2:], **tol)
 
 
-def test_a_prompt_before_a_tree_runs_unmasked_and_only_the_tree_is_masked(tree_models):
+def test_a_long_prompt_before_a_tree_runs_unmasked_and_only_the_tree_is_masked(
+    tree_models, monkeypatch
+):
     # A long prompt's prefill under a tree mask computes every masked score and takes the slower
     # kernels: the pending run goes first through the model's own causal path.
     model = tree_models[ARCHITECTURES[0], "sdpa"]
@@ -249,12 +251,16 @@ def test_a_prompt_before_a_tree_runs_unmasked_and_only_the_tree_is_masked(tree_m
         return forward(**kwargs)
 
     model.forward = recording
+    prompt = list(range(3, 40))
+    monkeypatch.setattr("ouroboros_core.verify.PLAIN_RUN", 16)  # a "long" prompt for this model
     try:
-        prompt = list(range(3, 40))
         logits = forward_tree(model, new_cache(model), prompt, [11, 12], [[21], [31, 32]])
+        short = forward_tree(model, new_cache(model), prompt[-10:], [11, 12], [[21], [31, 32]])
     finally:
         del model.forward
     # The prompt but its last token unmasked; that token, the trunk and the branches under the mask.
-    assert calls == [(36, None), (6, (1, 1, 6, 42))]
+    # A short prompt stays in the one masked forward, where a second call would cost more.
+    assert calls == [(36, None), (6, (1, 1, 6, 42)), (15, (1, 1, 15, 15))]
+    torch.testing.assert_close(short[:3], plain_logits(model, prompt[-10:] + [11, 12])[9:])
     reference = plain_logits(model, prompt + [11, 12])[len(prompt) - 1 :]
     torch.testing.assert_close(logits[:3], reference, rtol=1e-5, atol=1e-5)
