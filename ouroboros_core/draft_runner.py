@@ -56,7 +56,8 @@ class DraftRunner:
         it); by default a branch continues the whole sequence."""
         if self.start is None:
             self.start = max(0, len(sequence) - self.context)
-        sequence = sequence[self.start :]
+        if self.start:
+            sequence = sequence[self.start :]  # only a long prompt's runner copies the list
         # Feed one token at least.
         common = shared_prefix(self.fed, sequence, min(len(self.fed), len(sequence) - 1))
         truncate(self.cache, common)
