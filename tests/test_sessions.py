@@ -151,6 +151,20 @@ def test_a_second_run_ends_the_first_race_within_a_step():
     assert len(stops) == 1, "the stopped race let its flag go; the second click's is waiting"
 
 
+def test_a_chat_answer_opens_empty_and_raw_text_opens_on_the_prompts_last_line(monkeypatch):
+    """The first frame, before any step: on a chat pair an answer is a new text, so its lane opens
+    empty; Raw text continues the prompt, so its lane opens on the prompt's last line (dimmed)."""
+    monkeypatch.setattr(app.get_engine(), "chat", True)
+    request = types.SimpleNamespace(session_hash="ivy")
+    opened = {}
+    for raw in (False, True):
+        outputs = app.race_ui(request, **{**page(max_new_tokens=4, warm=False), "raw": raw})
+        opened[raw] = next(outputs)[OUROBOROS_TEXT]
+        outputs.close()
+    assert "prompt-tail" not in opened[False], opened[False]
+    assert 'class="prompt-tail"' in opened[True] and "Count the words" in opened[True]
+
+
 def test_session_pools_are_capped():
     pool = app.get_engine().new_pool(pool_size=app.SESSION_POOL_SIZE)
     for key in range(app.SESSION_POOL_SIZE):
