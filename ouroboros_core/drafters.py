@@ -87,8 +87,7 @@ class Ouroboros(Vanilla):
     ):
         sampler = sampler or Sampler()  # the target's rule: the draft guesses with the same noise
         # Sampled, rows the target would rarely keep are left out: a verified row costs more than
-        # such a token saves (docs/BENCHMARKS.md, "Sampled: rows the target would not keep, left
-        # out").
+        # such a token saves (docs/BENCHMARKS.md, "Sampled: rows left out").
         trims = config.lookup_above > 0 and not sampler.greedy
         self.phrases = PoolPhrases(pool, config, trims)
         self.trunk = DraftTrunk(DraftRunner(model), config, sampler, self.phrases, max_positions)

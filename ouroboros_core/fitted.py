@@ -9,30 +9,30 @@ changes, in sampling.py.
 # trunk.guess_chances: the chance that the target's sample is the draft's k-th keyed guess is
 # RANK_SHARE * softmax(keyed / spread)[k] over its GUESSES_SCORED best keyed scores, with
 # spread = CHANCE_SPREAD * (SPREAD_AT / temperature) ** SPREAD_POWER in keyed units.
-# Fitted on the embedded pair's distilled draft ("Sampled: the draft learns the target's own
-# writing", the chance estimates refitted; a refit to the draft trained longer ran slower: "Sampled:
-# rows where they stand, and a draft longer on the target's writing").
+# Fitted on the embedded pair's distilled draft (docs/BENCHMARKS.md, "Sampled: fitted chances"); a
+# refit to the draft trained longer ran slower (docs/BENCHMARKS.md, "Sampled: rows where they
+# stand").
 RANK_SHARE = 0.97
 GUESSES_SCORED = 8
 CHANCE_SPREAD = 0.95
 SPREAD_AT = 0.8
 SPREAD_POWER = 0.9
 
-# The draft's choices after its first that may stand in for it as branches ("Sampled: rows where
-# they stand, and a draft longer on the target's writing").
+# The draft's choices after its first that may stand in for it as branches (docs/BENCHMARKS.md,
+# "Sampled: rows where they stand").
 ALTERNATIVES = 3
 
 # Sampled, the draft goes on while its trunk's chance is above extend_chance times the tokens a step
 # committed lately: a moving average that starts at RECENT_TOKENS_START and weighs the figure so far
-# and the latest step by RECENT_WEIGHTS. Set with extend_chance ("Sampled: fitted chances, the
-# trunk's threshold scaled by the tokens a step commits").
+# and the latest step by RECENT_WEIGHTS. Set with extend_chance (docs/BENCHMARKS.md, "Sampled:
+# fitted chances").
 RECENT_TOKENS_START = 3.0
 RECENT_WEIGHTS = (0.8, 0.2)
 
 # lookup.LookupTrust's (kept, reached) pseudo-counts at every depth: a copy or a pool phrase is
 # trusted at 80% a token until the request's verdicts say otherwise (a prior of 50% measured in
-# "Sampled: where the rest of a step goes, and what measured flat"; how far copies stand by their
-# matched length: "Sampled: rows where they stand, and a draft longer on the target's writing").
+# docs/BENCHMARKS.md, "Sampled: rows left out"; how far copies stand by their matched length:
+# docs/BENCHMARKS.md, "Sampled: rows where they stand").
 TRUST_PRIOR = (1.0, 1.25)
 
 # lookup.StoredLookup ends its walk before the first token whose chance of standing is at most this:

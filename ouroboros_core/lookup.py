@@ -54,9 +54,8 @@ class LookupTrust:
     matched): at each depth, how many the target reached there and how many of those tokens it kept.
 
     A copy after one matching token is rarely right for long; after four, it often runs to the end
-    (docs/BENCHMARKS.md, "Sampled: rows where they stand, and a draft longer on the target's
-    writing"). Each request learns its own rates, starting from the prior fitted.TRUST_PRIOR until
-    the verdicts say otherwise.
+    (docs/BENCHMARKS.md, "Sampled: rows where they stand"). Each request learns its own rates,
+    starting from the prior fitted.TRUST_PRIOR until the verdicts say otherwise.
     """
 
     def __init__(self, longest: int, length: int):
@@ -147,8 +146,7 @@ class ContextLookup:
         """How many of the copy's tokens past the trunk's first `common` stand a fair chance."""
         # The copy is walked where the trunk's first `common` tokens stand and the next does not;
         # one that parts from the trunk on a token outside the draft's best keyed guesses there
-        # almost never is ("Sampled: where the rest of a step goes, and what measured flat" and
-        # "Sampled: rows the target would not keep, left out").
+        # almost never is (docs/BENCHMARKS.md, "Sampled: rows left out").
         parts = common < len(trunk.tokens)
         reach = math.prod(trunk.stands[:common]) * (1.0 - trunk.stands[common] if parts else 1.0)
         if parts and found[common] not in trunk.choices.get(common, (found[common],)):
