@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
-from .cache import cache_length, keep_span, new_cache, truncate
+from .cache import cache_length, keep_span, new_cache
 from .events import DoneEvent, Event, Source, Stats, StepEvent, Token
 from .pieces import TextPieces
 from .proposal import Proposal
 from .sampling import Sampler
-from .verify import Verdict, forward_tree, input_device, row_positions, walk_tree
+from .tree import Verdict, walk
+from .verify import forward_tree, input_device
 
 if TYPE_CHECKING:
     from transformers import DynamicCache
@@ -97,7 +98,7 @@ def verifiable(proposal: Proposal, eos: frozenset[int], draft_only: int | None) 
         if draft_only is not None and token >= draft_only:
             return proposal.cut(i)
         if token in eos:
-            before = [k for k, at in enumerate(proposal.attached()) if at <= i]
+            before = [k for k, at in enumerate(proposal.branch_attach) if at <= i]
             proposal = proposal.cut(i + 1, before)
             break
     branch_tokens = [token for branch in proposal.branches for token in branch]
@@ -188,24 +189,16 @@ class DecodeLoop:
     def verify(self, request: Request, proposal: Proposal) -> tuple[Verdict, list[int]]:
         """One target forward over the pending tokens, the trunk and its branches; the cache then
         keeps what was committed except the newest token, which the next forward feeds."""
-        cache, trunk, branches = request.cache, proposal.trunk, proposal.branches
-        attach = proposal.branch_attach or None
+        cache, tree = request.cache, proposal.tree()
         past = cache_length(cache)
         pending = request.committed[past:]
-        logits = forward_tree(self.engine.target, cache, pending, trunk, branches, attach=attach)
-        positions = []
-        if not self.sampler.greedy:
-            positions = row_positions(len(request.committed), len(trunk), branches, attach)
-        groups = [len(trunk) + 1] + [len(branch) for branch in branches]
-        trunk_tokens, *branch_tokens = self.sampler.row_groups(logits, positions, groups)
-        verdict = walk_tree(trunk, branches, trunk_tokens, branch_tokens, attach)
-        kept = past + len(pending) + verdict.trunk_accepted
-        if verdict.branch is not None:
-            span_start = past + len(pending) + len(trunk)
-            span_start += sum(map(len, branches[: verdict.branch]))
-            keep_span(cache, kept, span_start, verdict.branch_accepted)
-        else:
-            truncate(cache, kept)
+        logits = forward_tree(self.engine.target, cache, pending, tree)
+        positions = [] if self.sampler.greedy else tree.row_positions(len(request.committed))
+        trunk_tokens, *branch_tokens = self.sampler.row_groups(logits, positions, tree.groups())
+        verdict = walk(tree, trunk_tokens, branch_tokens)
+        trunk_kept, span_start, span_kept = tree.kept_rows(verdict)
+        fed = past + len(pending)  # the tree's first token's place in the cache
+        keep_span(cache, fed + trunk_kept, fed + span_start, span_kept)
         _sync(request.devices[1])
         return verdict, trunk_tokens
 
@@ -260,7 +253,7 @@ class DecodeLoop:
             for branch, s in zip(proposal.branches, proposal.branch_sources)
         )
         request.compute_s += time.perf_counter() - started
-        attach = tuple(proposal.branch_attach or [len(proposal.trunk)] * len(branches))
+        attach = tuple(proposal.branch_attach)
         return StepEvent(
             index=request.forwards - 1,
             drafted=tuple(walked.path),

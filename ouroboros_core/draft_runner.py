@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .cache import new_cache, truncate
+from .tree import DraftTree
 from .verify import forward_tree
 
 
@@ -48,12 +49,9 @@ class DraftRunner:
         it)."""
         return all(token < self.vocab for token in tokens)
 
-    def forward(
-        self, sequence: list[int], branches: list[list[int]] = (), offsets=None, attach=None
-    ) -> torch.Tensor:
-        """Logits after `sequence` and at every branch position; the cache keeps `sequence` alone. A
-        branch with attach -1 stands in for the sequence's last token (it sees the tokens before
-        it); by default a branch continues the whole sequence."""
+    def forward(self, sequence: list[int], riders: DraftTree | None = None) -> torch.Tensor:
+        """Logits after `sequence` and at every row of `riders` (DraftTree.riders: rows past the
+        sequence, or in place of its last token); the cache keeps `sequence` alone."""
         if self.start is None:
             self.start = max(0, len(sequence) - self.context)
         if self.start:
@@ -61,9 +59,7 @@ class DraftRunner:
         # Feed one token at least.
         common = shared_prefix(self.fed, sequence, min(len(self.fed), len(sequence) - 1))
         truncate(self.cache, common)
-        logits = forward_tree(
-            self.model, self.cache, sequence[common:], [], list(branches), offsets, attach
-        )
+        logits = forward_tree(self.model, self.cache, sequence[common:], riders)
         truncate(self.cache, len(sequence))
         self.fed = list(sequence)
         return logits

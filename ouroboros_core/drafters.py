@@ -15,7 +15,7 @@ from .pool import PhrasePool
 from .proposal import Proposal
 from .sampling import Sampler, draft_guesses
 from .trunk import DraftTrunk
-from .verify import Verdict
+from .tree import Verdict
 
 
 class Vanilla:

@@ -9,7 +9,7 @@ from .config import OuroborosConfig
 from .events import Source
 from .fitted import STORED_ABOVE, TRUST_PRIOR
 from .proposal import Branches, Proposal
-from .verify import Verdict
+from .tree import Verdict
 
 COPY_RUN = 4  # tokens accepted from a context-lookup branch that switch the drafter to copying
 LOOKUP_LONGEST = 4  # context lookup matches up to this many of the text's last tokens

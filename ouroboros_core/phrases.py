@@ -11,7 +11,7 @@ from .events import Source
 from .lookup import LookupTrust
 from .pool import PhrasePool
 from .proposal import Branches, Proposal
-from .verify import Verdict
+from .tree import Verdict
 
 POOL_PHRASE = 0  # the one row of PoolPhrases' LookupTrust (no match length tells phrases apart)
 

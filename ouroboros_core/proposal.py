@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .events import Source
+from .tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -30,14 +31,13 @@ class Proposal:
     trunk_sources: list[Source] = field(default_factory=list)
     branches: list[list[int]] = field(default_factory=list)  # each continues the trunk: see attach
     branch_sources: list[Source] = field(default_factory=list)  # one per branch
-    # How many trunk tokens each branch continues after; empty: every branch follows the whole
-    # trunk.
-    branch_attach: list[int] = field(default_factory=list)
+    branch_attach: list[int] = field(default_factory=list)  # per branch: trunk tokens it follows
     branch_owners: list[str] = field(default_factory=list)  # a branch's proposer, where named
     notes: dict[str, object] = field(default_factory=dict)  # proposer's name -> its note
 
     def add(self, part: Branches) -> None:
         """Hang one proposer's branches after those already here."""
+        assert len(part.attach) == len(part.sources) == len(part.tokens), part
         self.branches += part.tokens
         self.branch_sources += part.sources
         self.branch_attach += part.attach
@@ -49,9 +49,9 @@ class Proposal:
         """The branches that continue the whole trunk."""
         return [b for b, at in zip(self.branches, self.branch_attach) if at == len(self.trunk)]
 
-    def attached(self) -> list[int]:
-        """How many trunk tokens each branch continues after (where branch_attach is empty: all)."""
-        return self.branch_attach or [len(self.trunk)] * len(self.branches)
+    def tree(self) -> DraftTree:
+        """The tree the target's forward reads."""
+        return DraftTree.of(self.trunk, self.branches, self.branch_attach)
 
     def walked(self, owner: str, branch: int | None) -> bool:
         """Whether the walked branch (a Verdict's `branch`) is one that `owner` offered."""
@@ -60,7 +60,7 @@ class Proposal:
     def cut(self, trunk_length: int, kept=()) -> Proposal:
         """The trunk's first `trunk_length` tokens and the branches at the indices `kept`; the notes
         stay, so each proposer still reads what it offered."""
-        attach, owners = self.attached(), self.branch_owners
+        attach, owners = self.branch_attach, self.branch_owners
         return Proposal(
             self.trunk[:trunk_length],
             self.trunk_sources[:trunk_length],

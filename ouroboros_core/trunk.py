@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 import torch
 
@@ -23,7 +22,7 @@ from .fitted import (
 from .phrases import PoolPhrases
 from .proposal import Branches, Proposal
 from .sampling import Sampler, draft_guesses
-from .verify import Verdict, walk_tree
+from .tree import DraftTree, Verdict, walk
 
 
 def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -63,7 +62,7 @@ class Trunk:
         room = free_rows - 1 - len(proposal.trunk) - sum(map(len, proposal.branches))
         chosen = []
         if room > 0 and self.spare:  # most steps, and every step where free_rows is 0
-            offered = {(at, b[0]) for at, b in zip(proposal.attached(), proposal.branches) if b}
+            offered = {(at, b[0]) for at, b in zip(proposal.branch_attach, proposal.branches) if b}
             for alternative in self.spare:
                 place = (alternative.at, alternative.tokens[0])
                 if len(alternative.tokens) <= room and place not in offered:
@@ -217,17 +216,17 @@ class DraftTrunk:
         ]
         columns = self.window.columns(room)  # column i sits i positions further on
         phrases = [phrase for phrase, _ in candidates]
-        rows = columns + phrases + [[token] for token in siblings]
-        offsets = list(range(len(columns))) + [0] * (len(phrases) + len(siblings))
-        attach = [0] * (len(columns) + len(phrases)) + [-1] * len(siblings)
-        logits = self.runner.forward(sequence, rows, offsets, attach)
-        scores, ids, guesses = self._guesses(logits, len(sequence), rows, offsets, attach)
-        starts = list(accumulate(map(len, rows), initial=1))  # each ridden branch's first row
+        riders = DraftTree.riders(columns, phrases, siblings)
+        logits = self.runner.forward(sequence, riders)
+        scores, ids, guesses = self._guesses(logits, riders.row_positions(len(sequence)))
+        starts = [riders.branch_row(b) for b in range(len(riders.branches))]
         if columns:
             self.window.advance([guesses[s + len(c) - 1] for s, c in zip(starts, columns)])
         starts = starts[len(columns) :]
-        verdict = walk_tree(
-            [], phrases, [guesses[0]], [guesses[s : s + len(p)] for s, p in zip(starts, phrases)]
+        verdict = walk(
+            DraftTree.of([], phrases),
+            [guesses[0]],
+            [guesses[s : s + len(p)] for s, p in zip(starts, phrases)],
         )
         matched, source, row = [], Source.DRAFT, 0
         if verdict.branch is not None:
@@ -245,17 +244,13 @@ class DraftTrunk:
             follow,
         )
 
-    def _guesses(self, logits: torch.Tensor, at: int, rows, offsets, attach):
+    def _guesses(self, logits: torch.Tensor, positions: list[int]):
         """The draft's guess at every row of logits, with the scores its chances read (greedy: the
-        logits; sampled: its best keyed scores, best first, and their ids)."""
+        logits; sampled: its best keyed scores, best first, and their ids). positions: the sequence
+        position each row's guess is for (its sample's noise is keyed on it)."""
         sampler = self.sampler
         if sampler.greedy:
             return logits, None, logits.argmax(dim=-1).tolist()
-        # Its guess of the target's keyed sample, its own top tokens with the same noise, needs the
-        # position each row is for: a ridden row's token j sits attach + offset + j after `at`.
-        positions = [at] + [
-            at + a + o + 1 + j for row, o, a in zip(rows, offsets, attach) for j in range(len(row))
-        ]
         keyed, ids = draft_guesses(logits, sampler.temperature, sampler.seed, positions)
         return keyed, ids, ids[:, 0].tolist()
 

@@ -278,12 +278,12 @@ def verdicts(monkeypatch):
     import ouroboros_core.decode as decode_module
 
     seen = []
-    original = decode_module.walk_tree
+    original = decode_module.walk
 
-    def recording(trunk, branches, trunk_tokens, branch_tokens, attach=None):
-        verdict = original(trunk, branches, trunk_tokens, branch_tokens, attach)
-        seen.append((list(trunk), [list(b) for b in branches], verdict))
+    def recording(tree, trunk_tokens, branch_tokens):
+        verdict = original(tree, trunk_tokens, branch_tokens)
+        seen.append((list(tree.trunk), [list(b) for b in tree.branches], verdict))
         return verdict
 
-    monkeypatch.setattr(decode_module, "walk_tree", recording)
+    monkeypatch.setattr(decode_module, "walk", recording)
     return seen

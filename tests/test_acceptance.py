@@ -87,7 +87,7 @@ def verify_forwards(monkeypatch):
     seen = []
     forward_tree = decode_module.forward_tree
 
-    def recording(model, cache, pending, trunk, branches, offsets=None, attach=None):
+    def recording(model, cache, pending, tree):
         past, fed = cache_length(cache), {}
 
         def hook(module, args, kwargs):
@@ -95,17 +95,15 @@ def verify_forwards(monkeypatch):
 
         handle = model.register_forward_pre_hook(hook, with_kwargs=True)
         try:
-            logits = forward_tree(
-                model, cache, pending, trunk, branches, offsets=offsets, attach=attach
-            )
+            logits = forward_tree(model, cache, pending, tree)
         finally:
             handle.remove()
         seen.append(
             VerifyForward(
                 past + len(pending),
-                list(trunk),
-                [list(b) for b in branches],
-                list(attach) if attach else [len(trunk)] * len(branches),
+                list(tree.trunk),
+                [list(b) for b in tree.branches],
+                list(tree.attach),
                 logits.clone(),
                 fed["positions"][-len(logits) :],
             )
@@ -333,15 +331,15 @@ def test_the_embedded_pair_commits_only_the_targets_own_choices(
 def plant(monkeypatch, forwards, keep):
     """Replace the loop's acceptance walk by one that also keeps trunk token i where
     keep(forward, i) says so."""
-    walk_tree = decode_module.walk_tree
+    walk = decode_module.walk
 
-    def planted(trunk, branches, trunk_tokens, branch_tokens, attach=None):
-        forward, kept = forwards[-1], 0
+    def planted(tree, trunk_tokens, branch_tokens):
+        forward, kept, trunk = forwards[-1], 0, tree.trunk
         while kept < len(trunk) and (trunk[kept] == trunk_tokens[kept] or keep(forward, kept)):
             kept += 1
-        return walk_tree(trunk, branches, trunk[:kept] + trunk_tokens[kept:], branch_tokens, attach)
+        return walk(tree, list(trunk[:kept]) + trunk_tokens[kept:], branch_tokens)
 
-    monkeypatch.setattr(decode_module, "walk_tree", planted)
+    monkeypatch.setattr(decode_module, "walk", planted)
 
 
 def draft_gap(forward: VerifyForward, i: int) -> float:

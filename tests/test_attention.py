@@ -13,6 +13,7 @@ from ouroboros_core import Engine
 from ouroboros_core.attention import NAME, tree_sdpa, use_tree_attention
 from ouroboros_core.cache import cache_length, new_cache, truncate
 from ouroboros_core.packed import unpacked
+from ouroboros_core.tree import DraftTree
 from ouroboros_core.verify import forward_tree
 
 
@@ -86,13 +87,13 @@ def test_the_engine_routes_its_target_through_the_tree_attention_and_stays_lossl
 def test_a_tree_forward_gives_the_same_logits_through_either_attention(target):
     prompt = list(range(5, 45))
     cache = new_cache(target)
-    forward_tree(target, cache, prompt, [], [])
+    forward_tree(target, cache, prompt)
     past = cache_length(cache)
-    tree = ([7], [8, 9, 10], [[11, 12], [13, 14, 15]], None, [1, 3])
-    stock = forward_tree(target, cache, *tree)
+    tree = DraftTree.of([8, 9, 10], [[11, 12], [13, 14, 15]], attach=[1, 3])
+    stock = forward_tree(target, cache, [7], tree)
     truncate(cache, past)
     assert use_tree_attention(target)
-    routed = forward_tree(target, cache, *tree)
+    routed = forward_tree(target, cache, [7], tree)
     assert torch.equal(stock, routed)
 
 

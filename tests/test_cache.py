@@ -6,6 +6,7 @@ import torch
 
 from conftest import ARCHITECTURES, build_model
 from ouroboros_core.cache import cache_length, keep_span, new_cache, truncate
+from ouroboros_core.tree import DraftTree
 from ouroboros_core.verify import forward_tree
 
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -19,8 +20,8 @@ def cache_models(eos_id):
 def fresh_logits(model, kept, following):
     """Logits for `following` after a cache built directly from `kept`."""
     cache = new_cache(model)
-    forward_tree(model, cache, kept, [], [])
-    return forward_tree(model, cache, following, [], [])
+    forward_tree(model, cache, kept)
+    return forward_tree(model, cache, following)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -29,10 +30,10 @@ def test_truncate_equals_a_cache_of_the_kept_tokens(cache_models, arch):
     tokens = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38]
     following = [46, 26, 43]
     cache = new_cache(model)
-    forward_tree(model, cache, tokens, [], [])
+    forward_tree(model, cache, tokens)
     truncate(cache, 6)
     assert cache_length(cache) == 6
-    logits = forward_tree(model, cache, following, [], [])
+    logits = forward_tree(model, cache, following)
     torch.testing.assert_close(logits, fresh_logits(model, tokens[:6], following), **TOL)
     # Truncating to the current length is a no-op.
     truncate(cache, cache_length(cache))
@@ -47,12 +48,12 @@ def test_keep_span_equals_a_cache_of_trunk_plus_branch(cache_models, arch):
     following = [50, 51]
     for chosen, kept_rows in [(1, 3), (1, 4), (0, 2), (2, 1)]:
         cache = new_cache(model)
-        forward_tree(model, cache, prefix, trunk, branches)
+        forward_tree(model, cache, prefix, DraftTree.of(trunk, branches))
         length = len(prefix) + len(trunk)
         span_start = length + sum(map(len, branches[:chosen]))
         keep_span(cache, length, span_start, kept_rows)
         assert cache_length(cache) == length + kept_rows
-        logits = forward_tree(model, cache, following, [], [])
+        logits = forward_tree(model, cache, following)
         expected = fresh_logits(model, prefix + trunk + branches[chosen][:kept_rows], following)
         torch.testing.assert_close(logits, expected, **TOL)
 
@@ -62,8 +63,8 @@ def test_keep_span_of_nothing_drops_all_branches(cache_models, arch):
     model = cache_models[arch]
     prefix, trunk = [3, 14, 15], [92, 65, 35]
     cache = new_cache(model)
-    forward_tree(model, cache, prefix, trunk, [[1, 2], [3]])
+    forward_tree(model, cache, prefix, DraftTree.of(trunk, [[1, 2], [3]]))
     keep_span(cache, 4, 6, 0)  # keep part of the trunk only, as after a rejection inside it
     assert cache_length(cache) == 4
-    logits = forward_tree(model, cache, [8, 9], [], [])
+    logits = forward_tree(model, cache, [8, 9])
     torch.testing.assert_close(logits, fresh_logits(model, (prefix + trunk)[:4], [8, 9]), **TOL)

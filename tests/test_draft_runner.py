@@ -8,6 +8,7 @@ import torch
 from conftest import build_model
 
 from ouroboros_core.cache import cache_length
+from ouroboros_core.tree import DraftTree
 from ouroboros_core.draft_runner import DraftRunner, shared_prefix
 
 
@@ -33,7 +34,7 @@ def test_the_cache_keeps_the_sequence_and_feeds_only_what_is_new(draft):
     logits = runner.forward(prompt)
     torch.testing.assert_close(logits[0], plain_logits(draft, prompt)[-1])
     # A branch rides along; the cache keeps the sequence alone.
-    logits = runner.forward(prompt + [30], branches=[[31, 32]])
+    logits = runner.forward(prompt + [30], DraftTree.of([], [[31, 32]]))
     assert cache_length(runner.cache) == len(prompt) + 1 and runner.fed == prompt + [30]
     torch.testing.assert_close(logits[1:], plain_logits(draft, prompt + [30, 31, 32])[-2:])
     # The target kept another token than the draft's: the cache goes back to where they part.
@@ -49,7 +50,7 @@ def test_a_long_prompt_is_read_from_its_last_tokens(draft):
     assert cache_length(runner.cache) == 8 and runner.start == len(prompt) - 8
     torch.testing.assert_close(logits[0], plain_logits(draft, prompt[-8:])[-1])
     # What follows extends that window; the prompt's earlier tokens are never read.
-    logits = runner.forward(prompt + [50, 51], branches=[[52]])
+    logits = runner.forward(prompt + [50, 51], DraftTree.of([], [[52]]))
     assert cache_length(runner.cache) == 10
     torch.testing.assert_close(logits[0], plain_logits(draft, prompt[-8:] + [50, 51])[-1])
     torch.testing.assert_close(logits[1], plain_logits(draft, prompt[-8:] + [50, 51, 52])[-1])

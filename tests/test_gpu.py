@@ -37,6 +37,7 @@ from gpu_checks import (
 )
 from ouroboros_core import Engine, load_engine
 from ouroboros_core.cache import new_cache
+from ouroboros_core.tree import DraftTree
 from ouroboros_core.verify import forward_tree
 from pairs import save_tiny_pair
 
@@ -157,8 +158,8 @@ def test_tree_forward_equals_plain_forwards(eos_id, arch):
     model = build_model(arch, eos_id, seed=7, attn="sdpa").to(DEVICE)
     prefix, trunk, branches = [5, 9, 33, 2, 7, 8, 1], [11, 12], [[21, 22], [31]]
     cache = new_cache(model)
-    forward_tree(model, cache, prefix[:-2], [], [])
-    logits = forward_tree(model, cache, prefix[-2:], trunk, branches)
+    forward_tree(model, cache, prefix[:-2])
+    logits = forward_tree(model, cache, prefix[-2:], DraftTree.of(trunk, branches))
     assert same_device(logits.device, DEVICE) and logits.dtype == torch.float32
 
     def plain(tokens):

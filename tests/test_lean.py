@@ -11,6 +11,7 @@ from conftest import build_model
 from ouroboros_core.cache import new_cache, truncate
 from ouroboros_core.draft_runner import DraftRunner
 from ouroboros_core.lean import NARROW_ROWS, LeanCache, LeanDecoder, lean_draft
+from ouroboros_core.tree import DraftTree
 from ouroboros_core.verify import forward_tree
 
 LLAMA_FAMILY = ("llama", "qwen2", "mistral")
@@ -75,14 +76,18 @@ def calls(model):
     branches, a prefix kept after a crop; each returns forward_tree's logits."""
     cache = new_cache(model)
     prompt = [(7 * i + 3) % 500 for i in range(40)]
-    out = [forward_tree(model, cache, prompt, [], [])]
-    out.append(forward_tree(model, cache, [11], [], []))
-    out.append(forward_tree(model, cache, [12, 13], [], []))
+    out = [forward_tree(model, cache, prompt)]
+    out.append(forward_tree(model, cache, [11]))
+    out.append(forward_tree(model, cache, [12, 13]))
     out.append(
-        forward_tree(model, cache, [14], [], [[15, 16, 17], [18, 19], [20]], offsets=[0, 1, 0])
+        forward_tree(
+            model, cache, [14], DraftTree.of([], [[15, 16, 17], [18, 19], [20]], offsets=[0, 1, 0])
+        )
     )
     truncate(cache, 42)
-    out.append(forward_tree(model, cache, [21], [22, 23], [[24], [25, 26]], attach=[1, 2]))
+    out.append(
+        forward_tree(model, cache, [21], DraftTree.of([22, 23], [[24], [25, 26]], attach=[1, 2]))
+    )
     return out
 
 
@@ -104,7 +109,8 @@ def draft_forwards(model, text: list[int], prompt: int = 24) -> list[tuple[int, 
         sequence = text[: len(sequence) + 1]
         after = text[len(sequence) : len(sequence) + width - 1]
         branches = [b for b in (after[: width // 2], after[width // 2 :]) if b]
-        out.append((width, width, runner.forward(sequence, branches, [0, 1][: len(branches)])))
+        riders = DraftTree.of([], branches, offsets=[0, 1][: len(branches)])
+        out.append((width, width, runner.forward(sequence, riders)))
     return out
 
 
@@ -150,10 +156,10 @@ def test_the_cache_grows_past_its_first_capacity(eos_id):
     cache, reference = lean.new_cache(), DynamicCache(config=model.config)
     capacity = cache.buffer.shape[-2]
     ids = [(5 * i + 1) % 500 for i in range(capacity + 20)]
-    forward_tree(lean, cache, ids[:100], [], [])
-    forward_tree(model, reference, ids[:100], [], [])
-    got = forward_tree(lean, cache, ids[100:], [], [])
-    expected = forward_tree(model, reference, ids[100:], [], [])
+    forward_tree(lean, cache, ids[:100])
+    forward_tree(model, reference, ids[:100])
+    got = forward_tree(lean, cache, ids[100:])
+    expected = forward_tree(model, reference, ids[100:])
     assert cache.get_seq_length() == len(ids) and cache.buffer.shape[-2] >= len(ids)
     assert torch.allclose(got, expected, atol=1e-4, rtol=0)
 

@@ -11,6 +11,7 @@ from transformers import DynamicCache
 
 from conftest import build_model
 from ouroboros_core.packed import PackedLinear, pack_linears, unpacked
+from ouroboros_core.tree import DraftTree
 from ouroboros_core.verify import forward_tree
 
 ROWS = (1, 2, 5, 17)  # a vanilla step, small and wide verifications, beyond the packing's row count
@@ -59,10 +60,14 @@ def test_packed_forwards_of_any_width_keep_the_models_tokens(threads):
                 assert pack_linears(model, min_parameters=0) > 0
             cache = DynamicCache(config=model.config)
             with torch.no_grad():
-                rows = [forward_tree(model, cache, prompt, [], [])]
+                rows = [forward_tree(model, cache, prompt)]
                 for width in ROWS:
                     trunk = [(7 * i + width) % 500 for i in range(width)]
-                    rows.append(forward_tree(model, cache, [5], trunk, [trunk[:2]], attach=[1]))
+                    rows.append(
+                        forward_tree(
+                            model, cache, [5], DraftTree.of(trunk, [trunk[:2]], attach=[1])
+                        )
+                    )
             results.append(rows)
     finally:
         torch.set_num_threads(before)

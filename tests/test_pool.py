@@ -192,7 +192,7 @@ def test_a_verdict_is_read_against_the_proposal_it_is_for(models):
     travels in the proposal, credited to the lookup as its branch is, so a verdict teaches the copy
     it was for even after the drafter proposed again."""
     from ouroboros_core.lookup import ContextLookup, Copy
-    from ouroboros_core.verify import Verdict
+    from ouroboros_core.tree import Verdict
 
     committed = [1, 2, 5, 9, 10, 11, 3, 1, 2]  # the last [1, 2] was followed by 5, 9, 10, 11 ...
     drafter = sampled_drafter(models, [5], [0.9], {}, lookup=4, branches=0)
@@ -215,7 +215,7 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
     left out where the trunk is unlikely to stand. The phrases offered travel in the proposal,
     credited to the pool."""
     from ouroboros_core.phrases import POOL_PHRASE, PoolPhrases
-    from ouroboros_core.verify import Verdict
+    from ouroboros_core.tree import Verdict
 
     committed = [1, 2, 3, 4]
     drafter = sampled_drafter(models, [5], [0.9], {}, lookup=0, branches=1)

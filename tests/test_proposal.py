@@ -20,7 +20,7 @@ def test_branches_hang_in_order_with_their_owner_source_and_attach_point():
     proposal = three_proposers()
     assert proposal.branches == [[7, 8], [9], [4], [5, 6]]
     assert proposal.branch_owners == ["lookup", "stored", "trunk", "trunk"]
-    assert proposal.attached() == [1, 3, 2, 3] and proposal.after_trunk() == [[9], [5, 6]]
+    assert proposal.branch_attach == [1, 3, 2, 3] and proposal.after_trunk() == [[9], [5, 6]]
     assert proposal.notes == {"lookup": "copy", "trunk": "alt"}
     assert proposal.walked("stored", 1) and not proposal.walked("lookup", 1)
 
@@ -30,7 +30,7 @@ def test_a_cut_that_keeps_branches_out_of_a_prefix_keeps_each_ones_owner():
     # prefix of the branch list; the cut's branch 1 is the trunk's alternative, not the stored one.
     cut = three_proposers().cut(2, [0, 2])
     assert cut.trunk == [1, 2] and cut.branches == [[7, 8], [4]]
-    assert cut.branch_owners == ["lookup", "trunk"] and cut.attached() == [1, 2]
+    assert cut.branch_owners == ["lookup", "trunk"] and cut.branch_attach == [1, 2]
     assert cut.branch_sources == [Source.PROMPT, Source.DRAFT]
     assert cut.walked("trunk", 1) and not cut.walked("stored", 1)
     assert cut.notes == {"lookup": "copy", "trunk": "alt"}  # each proposer still reads its note

@@ -23,7 +23,7 @@ from ouroboros_core.sampling import (
     position_noise,
     tensor_noise_bits,
 )
-from ouroboros_core.verify import row_positions
+from ouroboros_core.tree import DraftTree
 
 PROMPTS = [
     "def fizzbuzz(n):\n",
@@ -240,8 +240,9 @@ def test_a_draft_keyed_with_the_same_noise_agrees_as_often_as_close_distribution
 def test_row_positions_follow_the_tree():
     # 10 tokens committed; a trunk of 3; a branch of 2 after the whole trunk, a branch of 2 after
     # trunk[:1].
-    assert row_positions(10, 3, [[7, 8], [5, 6]], [3, 1]) == [10, 11, 12, 13, 14, 15, 12, 13]
-    assert row_positions(10, 0, [], None) == [10]
+    tree = DraftTree.of([1, 2, 3], [[7, 8], [5, 6]], [3, 1])
+    assert tree.row_positions(10) == [10, 11, 12, 13, 14, 15, 12, 13]
+    assert DraftTree.of().row_positions(10) == [10]
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

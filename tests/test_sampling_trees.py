@@ -38,7 +38,7 @@ from conftest import build_model, noisy_copy
 from engine_checks import run
 from ouroboros_core import Engine, Source
 from ouroboros_core.drafters import Ouroboros
-from ouroboros_core.verify import Verdict
+from ouroboros_core.tree import Verdict
 
 # --- trees: branches, shared nodes and the context-lookup branch, verified on samples -------------
 
@@ -112,21 +112,21 @@ class Walk:
 def walks(monkeypatch):
     """Every acceptance walk of the decode loop during the test, with what the drafter proposed."""
     seen, looked_up = [], []
-    walk_tree, propose = decode_module.walk_tree, Ouroboros.propose
+    walk, propose = decode_module.walk, Ouroboros.propose
 
     def recording_propose(self, committed, limit):
         proposal = propose(self, committed, limit)
         looked_up.append(proposal.branch_owners[:1] == [self.lookup.name])
         return proposal
 
-    def recording_walk(trunk, branches, trunk_tokens, branch_tokens, attach=None):
-        verdict = walk_tree(trunk, branches, trunk_tokens, branch_tokens, attach)
-        attach = list(attach) if attach else [len(trunk)] * len(branches)
-        seen.append(Walk(looked_up[-1], list(trunk), [list(b) for b in branches], attach, verdict))
+    def recording_walk(tree, trunk_tokens, branch_tokens):
+        verdict = walk(tree, trunk_tokens, branch_tokens)
+        trunk, branches = list(tree.trunk), [list(b) for b in tree.branches]
+        seen.append(Walk(looked_up[-1], trunk, branches, list(tree.attach), verdict))
         return verdict
 
     monkeypatch.setattr(Ouroboros, "propose", recording_propose)
-    monkeypatch.setattr(decode_module, "walk_tree", recording_walk)
+    monkeypatch.setattr(decode_module, "walk", recording_walk)
     return seen
 
 

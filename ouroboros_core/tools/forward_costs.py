@@ -25,11 +25,12 @@ def timed_forward(model, cache, past: int, rows: int, generator) -> float:
     import torch
 
     from ouroboros_core.cache import truncate
+    from ouroboros_core.tree import DraftTree
     from ouroboros_core.verify import forward_tree
 
     tokens = torch.randint(0, model.config.vocab_size, (rows,), generator=generator).tolist()
     started = time.perf_counter()
-    forward_tree(model, cache, tokens[:1], tokens[1:], [])
+    forward_tree(model, cache, tokens[:1], DraftTree.of(tokens[1:]))  # every row's logits
     seconds = time.perf_counter() - started
     truncate(cache, past)
     return seconds
