@@ -15,7 +15,7 @@ import torch
 from .cache import cache_length, keep_span, new_cache
 from .events import DoneEvent, Event, Source, Stats, StepEvent, Token
 from .pieces import TextPieces
-from .proposal import Proposal
+from .proposal import Proposal, StepOutcome
 from .sampling import Sampler
 from .tree import Verdict, walk
 from .verify import forward_tree, input_device
@@ -171,7 +171,9 @@ class DecodeLoop:
             old_length = len(request.committed)
             committed_tokens = self.commit(request, walked.accepted, verdict.next_token)
             if request.stop_reason is None:
-                self.drafter.observe(request.committed, old_length, proposal, verdict, trunk_tokens)
+                self.drafter.observe(
+                    StepOutcome(request.committed, old_length, proposal, verdict, trunk_tokens)
+                )
             times = (started, drafted_at, verified_at)
             yield self.step_event(request, proposal, walked, committed_tokens, times)
         yield request.done_event()

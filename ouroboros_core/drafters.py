@@ -1,7 +1,8 @@
 """Who proposes: vanilla (nothing), a draft model token by token, or Ouroboros phrase by phrase.
 
 Each drafter belongs to one request. `propose` drafts after the committed tokens; `observe` learns
-from the target's verdict. The decode loop in engine.py is the same for all three.
+from the step's outcome (the target's verdict). The decode loop in decode.py is the same for all
+three; Ouroboros composes proposers of one contract (proposal.Proposer).
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from .events import Source
 from .lookup import ContextLookup, StoredLookup
 from .phrases import PoolPhrases
 from .pool import PhrasePool
-from .proposal import Proposal
+from .proposal import Proposal, Proposer, StepContext, StepOutcome
 from .sampling import Sampler, draft_guesses
-from .trunk import DraftTrunk
-from .tree import Verdict
+from .trunk import DraftTrunk, SpareChoices
 
 
 class Vanilla:
@@ -27,14 +27,7 @@ class Vanilla:
     def propose(self, committed: list[int], limit: int) -> Proposal:
         return Proposal()
 
-    def observe(
-        self,
-        committed: list[int],
-        old_length: int,
-        proposal: Proposal,
-        verdict: Verdict,
-        trunk_tokens: list[int],
-    ) -> None:
+    def observe(self, outcome: StepOutcome) -> None:
         pass
 
 
@@ -92,34 +85,29 @@ class Ouroboros(Vanilla):
         self.phrases = PoolPhrases(pool, config, trims)
         self.trunk = DraftTrunk(DraftRunner(model), config, sampler, self.phrases, max_positions)
         self.lookup = ContextLookup(config, trims)
-        self.proposers = (self.lookup, self.trunk, self.phrases)
-        self.free_rows = config.free_rows  # the draft's spare choices fill a smaller tree up to it
-        self.stored = None  # the target's stored answers, where the draft's folder has them
+        # the branches' proposers, in the order their branches hang (the trunk's alternatives
+        # between the copies and the pool phrases)
+        self.proposers: list[Proposer] = [self.lookup]
         if store is not None and config.stored_answers:
-            self.stored = StoredLookup(config, store)
-            self.proposers += (self.stored,)
+            self.proposers.append(StoredLookup(config, store))
+        self.spare = SpareChoices(config.free_rows)
 
     def start(self, prompt_ids: list[int]) -> None:
         self.phrases.start(prompt_ids)
+        self.trunk.start(prompt_ids)
 
     def propose(self, committed: list[int], limit: int) -> Proposal:
-        trunk = self.trunk.propose(committed, limit, copying=self.lookup.leads)
+        step = StepContext(committed, limit, copying=self.lookup.leads)
+        trunk = self.trunk.propose(step)
         proposal = Proposal(trunk.tokens, trunk.sources)
-        proposal.add(self.lookup.propose(committed, limit, trunk))
-        if self.stored is not None:
-            proposal.add(self.stored.propose(committed, limit, trunk))
+        step = StepContext(committed, limit, trunk=trunk, proposal=proposal)
+        for proposer in self.proposers:
+            proposal.add(proposer.propose(step))
         proposal.add(trunk.alternatives)
-        proposal.add(self.phrases.propose(committed, limit, trunk, proposal.after_trunk()))
-        proposal.add(trunk.filling(proposal, self.free_rows))
+        for proposer in (self.phrases, self.spare):  # these read the branches hung before them
+            proposal.add(proposer.propose(step))
         return proposal
 
-    def observe(
-        self,
-        committed: list[int],
-        old_length: int,
-        proposal: Proposal,
-        verdict: Verdict,
-        trunk_tokens: list[int],
-    ) -> None:
-        for proposer in self.proposers:
-            proposer.observe(committed, old_length, proposal, verdict, trunk_tokens)
+    def observe(self, outcome: StepOutcome) -> None:
+        for proposer in (self.trunk, *self.proposers, self.phrases):
+            proposer.observe(outcome)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .config import OuroborosConfig
 from .events import Source
-from .fitted import STORED_ABOVE, TRUST_PRIOR
-from .proposal import Branches, Proposal
-from .tree import Verdict
+from .fitted import STORED_ABOVE
+from .proposal import Branches, Copy, StepContext, StepOutcome
+from .trust import LookupTrust
+
+if TYPE_CHECKING:
+    from .trunk import Trunk
 
 COPY_RUN = 4  # tokens accepted from a context-lookup branch that switch the drafter to copying
 LOOKUP_LONGEST = 4  # context lookup matches up to this many of the text's last tokens
@@ -49,45 +52,6 @@ def context_lookup(
     return sequence[best[2] : best[2] + best[1]], best[0]
 
 
-class LookupTrust:
-    """How far one request's drafts of a kind have stood, by row (a copy's row: how many tokens it
-    matched): at each depth, how many the target reached there and how many of those tokens it kept.
-
-    A copy after one matching token is rarely right for long; after four, it often runs to the end
-    (docs/BENCHMARKS.md, "Sampled: rows where they stand"). Each request learns its own rates,
-    starting from the prior fitted.TRUST_PRIOR until the verdicts say otherwise.
-    """
-
-    def __init__(self, longest: int, length: int):
-        self.kept = [[0] * length for _ in range(longest + 1)]
-        self.reached = [[0] * length for _ in range(longest + 1)]
-
-    def length(self, matched: int, reach: float, most: int, above: float) -> int:
-        """How many of a copy's tokens have a chance above `above` of standing, where the copy is
-        reached with chance `reach` (at most `most`)."""
-        chance, kept, reached = reach, self.kept[matched], self.reached[matched]
-        for depth in range(most):
-            chance *= (kept[depth] + TRUST_PRIOR[0]) / (reached[depth] + TRUST_PRIOR[1])
-            if chance <= above:
-                return depth
-        return most
-
-    def observe(self, matched: int, length: int, accepted: int) -> None:
-        """A copy of `length` tokens was reached and its first `accepted` tokens stood."""
-        for depth in range(min(accepted + 1, length)):
-            self.reached[matched][depth] += 1
-            self.kept[matched][depth] += depth < accepted
-
-
-@dataclass(frozen=True)
-class Copy:
-    """The copy a proposal carries, as its proposer reads it back."""
-
-    matched: int  # how many of the text's last tokens its earlier occurrence matched
-    hangs: int  # trunk tokens it continues after
-    length: int  # its tokens
-
-
 class ContextLookup:
     """Proposes a copy of what followed the text's last tokens before, hung where it parts from the
     draft's trunk, so the target can walk it past a rejected draft token.
@@ -120,9 +84,9 @@ class ContextLookup:
         """Up to `length` tokens to propose, and how many of the text's last tokens they follow."""
         return context_lookup(committed, length)
 
-    def propose(self, committed: list[int], limit: int, trunk) -> Branches:
-        """trunk: the draft's trunk (trunk.Trunk) the copy hangs on."""
-        cfg = self.config
+    def propose(self, step: StepContext) -> Branches:
+        """A copy hung on the step's trunk where it parts from it."""
+        committed, limit, trunk, cfg = step.committed, step.limit, step.trunk, self.config
         if not (self.length and cfg.prompt_lookup and limit > 0):
             return Branches(self.name)
         # Found is at most `limit` long, so it fits after the part it shares with the trunk.
@@ -142,7 +106,7 @@ class ContextLookup:
             Copy(matched, common, len(found) - common),
         )
 
-    def _trusted(self, found: list[int], matched: int, common: int, trunk) -> int:
+    def _trusted(self, found: list[int], matched: int, common: int, trunk: Trunk) -> int:
         """How many of the copy's tokens past the trunk's first `common` stand a fair chance."""
         # The copy is walked where the trunk's first `common` tokens stand and the next does not;
         # one that parts from the trunk on a token outside the draft's best keyed guesses there
@@ -153,14 +117,8 @@ class ContextLookup:
             reach = 0.0
         return self.trust.length(matched, reach, len(found) - common, self.above)
 
-    def observe(
-        self,
-        committed: list[int],
-        old_length: int,
-        proposal: Proposal,
-        verdict: Verdict,
-        trunk_tokens: list[int],
-    ) -> None:
+    def observe(self, outcome: StepOutcome) -> None:
+        proposal, verdict = outcome.proposal, outcome.verdict
         walked = proposal.walked(self.name, verdict.branch)
         self.leads = walked and verdict.branch_accepted >= COPY_RUN
         copy = proposal.notes.get(self.name)

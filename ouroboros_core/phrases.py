@@ -8,10 +8,9 @@ import random
 
 from .config import OuroborosConfig
 from .events import Source
-from .lookup import LookupTrust
 from .pool import PhrasePool
-from .proposal import Branches, Proposal
-from .tree import Verdict
+from .proposal import Branches, Offered, StepContext, StepOutcome
+from .trust import LookupTrust
 
 POOL_PHRASE = 0  # the one row of PoolPhrases' LookupTrust (no match length tells phrases apart)
 
@@ -54,8 +53,8 @@ class Lookahead:
 class PoolPhrases:
     """Proposes the pool's newest phrases keyed on the trunk's last token, hung after the whole
     trunk (up to k, skipping one a branch there already holds); fills the pool from the prompt, the
-    lookahead window (`window`, ridden by the draft's forwards), the target's tokens over a rejected
-    trunk tail (mostly right, if misplaced) and the text as it grows.
+    target's tokens over a rejected trunk tail (mostly right, if misplaced) and the text as it grows
+    (the draft's lookahead window, trunk.DraftTrunk's, fills it too).
 
     Sampled, a phrase is cut where its chance of standing falls to `lookup_above`: how far this
     request's pool phrases stood (LookupTrust, one row) times the chance that the whole trunk
@@ -69,18 +68,16 @@ class PoolPhrases:
         self.pool = pool
         self.config = config
         self.trims = trims  # sampled and lookup_above > 0: phrases end where they rarely stand
-        self.window = Lookahead(config.window, config.ngram, pool)
         self.trust = LookupTrust(POOL_PHRASE, max(config.lookup, config.ngram))
 
     def start(self, prompt_ids: list[int]) -> None:
         if self.config.prompt_lookup:
             self.pool.add_ngrams(prompt_ids, self.config.ngram, Source.PROMPT)
-        self.window.start(prompt_ids)
 
-    def propose(self, committed: list[int], limit: int, trunk, taken: list[list[int]]) -> Branches:
-        """trunk: the draft's trunk (trunk.Trunk); taken: the branches already after the whole
-        trunk."""
-        cfg = self.config
+    def propose(self, step: StepContext) -> Branches:
+        """Phrases after the step's whole trunk, unlike the branches already hung there."""
+        cfg, trunk, committed = self.config, step.trunk, step.committed
+        limit, taken = step.limit, step.proposal.after_trunk()
         room = limit - len(trunk.tokens)
         if room <= 0 or not cfg.branches:
             return Branches(self.name)
@@ -107,21 +104,19 @@ class PoolPhrases:
             phrases,
             sources,
             [len(trunk.tokens)] * len(phrases),
-            list(phrases) if self.trims else None,
+            Offered(list(phrases)) if self.trims else None,
         )
 
-    def observe(
-        self,
-        committed: list[int],
-        old_length: int,
-        proposal: Proposal,
-        verdict: Verdict,
-        trunk_tokens: list[int],
-    ) -> None:
-        n, accepted = self.config.ngram, verdict.trunk_accepted
+    def observe(self, outcome: StepOutcome) -> None:
+        committed, old_length, proposal = outcome.committed, outcome.old_length, outcome.proposal
+        n, accepted, trunk_tokens = (
+            self.config.ngram,
+            outcome.verdict.trunk_accepted,
+            outcome.trunk_tokens,
+        )
         offered = proposal.notes.get(self.name)
         if offered and accepted == len(proposal.trunk):  # the target reached the pool phrases
-            self._learn(offered, committed[old_length + accepted :], proposal.branches)
+            self._learn(offered.phrases, committed[old_length + accepted :], proposal.branches)
         if accepted < len(proposal.trunk):
             key = committed[old_length + accepted - 1]
             self.pool.add(key, tuple(trunk_tokens[accepted : accepted + n - 1]), Source.POOL)

@@ -1,12 +1,33 @@
-"""What a drafter offers the target for one step: a trunk, branches that continue it, and what each
-proposer will read back with the verdict."""
+"""What a drafter offers the target for one step, and the contract of the proposers it composes:
+each proposes from the step's context (StepContext) and observes the step's outcome (StepOutcome),
+reading back its own note."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from .events import Source
-from .tree import DraftTree
+from .tree import DraftTree, Verdict
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Context lookup's note: the copy it offered."""
+
+    matched: int  # how many of the text's last tokens its earlier occurrence matched
+    hangs: int  # trunk tokens it continues after
+    length: int  # its tokens
+
+
+@dataclass(frozen=True)
+class Offered:
+    """The pool phrases' note: the phrases offered, as trimmed."""
+
+    phrases: list[list[int]]
+
+
+Note = Copy | Offered
 
 
 @dataclass(frozen=True)
@@ -18,7 +39,7 @@ class Branches:
     tokens: list[list[int]] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)  # one per branch: how its tokens came to be
     attach: list[int] = field(default_factory=list)  # a branch's: trunk tokens it continues after
-    note: object = None
+    note: Note | None = None
 
 
 @dataclass
@@ -33,7 +54,7 @@ class Proposal:
     branch_sources: list[Source] = field(default_factory=list)  # one per branch
     branch_attach: list[int] = field(default_factory=list)  # per branch: trunk tokens it follows
     branch_owners: list[str] = field(default_factory=list)  # a branch's proposer, where named
-    notes: dict[str, object] = field(default_factory=dict)  # proposer's name -> its note
+    notes: dict[str, Note] = field(default_factory=dict)  # proposer's name -> its note
 
     def add(self, part: Branches) -> None:
         """Hang one proposer's branches after those already here."""
@@ -70,3 +91,36 @@ class Proposal:
             [owners[k] for k in kept] if owners else [],
             self.notes,
         )
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a proposer proposes from."""
+
+    committed: list[int]  # the text so far
+    limit: int  # the most drafted tokens a path may hold this step
+    copying: bool = False  # the text repeats itself: context lookup leads, the draft rests
+    # the draft's trunk (trunk.Trunk), once proposed: the branches hang on it
+    trunk: Any = None
+    proposal: Proposal | None = None  # the tree so far: the branches already hung
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a proposer observes after the target's forward."""
+
+    committed: list[int]  # the text after the step
+    old_length: int  # its length before the step
+    proposal: Proposal  # what was verified, each proposer's note in it
+    verdict: Verdict
+    trunk_tokens: list[int]  # the target's token after each trunk prefix (len(trunk) + 1)
+
+
+class Proposer(Protocol):
+    """A part of the Ouroboros drafter: its branches (`name` in the tree) and what it learns."""
+
+    name: str
+
+    def propose(self, step: StepContext) -> Branches: ...
+
+    def observe(self, outcome: StepOutcome) -> None: ...

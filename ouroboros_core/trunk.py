@@ -19,10 +19,10 @@ from .fitted import (
     SPREAD_AT,
     SPREAD_POWER,
 )
-from .phrases import PoolPhrases
-from .proposal import Branches, Proposal
+from .phrases import Lookahead, PoolPhrases
+from .proposal import Branches, StepContext, StepOutcome
 from .sampling import Sampler, draft_guesses
-from .tree import DraftTree, Verdict, walk
+from .tree import DraftTree, walk
 
 
 def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -54,22 +54,6 @@ class Trunk:
     alternatives: Branches  # the draft's other choices, each a branch in place of its first
     # the draft's other choices left out of `alternatives` that may fill free rows, likeliest first
     spare: list[Alternative] = field(default_factory=list)
-
-    def filling(self, proposal: Proposal, free_rows: int) -> Branches:
-        """The spare choices that fit in the rows the proposal's verification has free (free_rows:
-        rows that cost no more than the one it needs), likeliest first: nearly free tokens. One that
-        a branch already offers at the same place is left out."""
-        room = free_rows - 1 - len(proposal.trunk) - sum(map(len, proposal.branches))
-        chosen = []
-        if room > 0 and self.spare:  # most steps, and every step where free_rows is 0
-            offered = {(at, b[0]) for at, b in zip(proposal.branch_attach, proposal.branches) if b}
-            for alternative in self.spare:
-                place = (alternative.at, alternative.tokens[0])
-                if len(alternative.tokens) <= room and place not in offered:
-                    chosen.append(alternative)
-                    offered.add(place)
-                    room -= len(alternative.tokens)
-        return as_branches(self.alternatives.owner, chosen)
 
 
 @dataclass
@@ -166,7 +150,8 @@ class DraftTrunk:
         self.config = config
         self.sampler = sampler  # the target's rule: the draft guesses its token with the same noise
         self.pool = phrases.pool  # phrases the draft checks inside its own forward
-        self.window = phrases.window  # rides in every draft forward, filling the pool
+        # the lookahead window rides in every draft forward, filling the pool
+        self.window = Lookahead(config.window, config.ngram, phrases.pool)
         self.max_positions = max_positions  # positions the models take: GPT-2's table ends there
         self.recent_tokens = RECENT_TOKENS_START  # tokens a step committed lately
         # The draft's chances are read only where a setting uses them; sampled, a context-lookup
@@ -180,12 +165,16 @@ class DraftTrunk:
         )
         self.top = GUESSES_SCORED if checks_copies else 1 + ALTERNATIVES
 
-    def propose(self, committed: list[int], limit: int, copying: bool = False) -> Trunk:
-        """copying: the text repeats itself, so no draft forward at all (context lookup leads)."""
-        cfg = self.config
-        want = 0 if copying else min(cfg.gamma, limit)
-        most = 0 if copying else min(max(cfg.max_trunk, want), limit)
-        growing, sure = Growing(list(committed)), True
+    def start(self, prompt_ids: list[int]) -> None:
+        self.window.start(prompt_ids)
+
+    def propose(self, step: StepContext) -> Trunk:
+        """The trunk and the draft's other choices; none where the text repeats itself
+        (step.copying: context lookup leads, no draft forward at all)."""
+        cfg, limit = self.config, step.limit
+        want = 0 if step.copying else min(cfg.gamma, limit)
+        most = 0 if step.copying else min(max(cfg.max_trunk, want), limit)
+        growing, sure = Growing(list(step.committed)), True
         while len(growing.tokens) < want or (sure and len(growing.tokens) < most):
             riding = growing.riding(cfg.second_above)
             step = self._step(growing.sequence, [alternative.tokens[0] for alternative in riding])
@@ -272,13 +261,35 @@ class DraftTrunk:
         follow = [(int(row_ids[0]), row_chances[0]) for row_chances, row_ids in values[1:]]
         return first_p, [(int(token), p) for token, p in zip(tokens, others)], follow
 
-    def observe(
-        self,
-        committed: list[int],
-        old_length: int,
-        proposal: Proposal,
-        verdict: Verdict,
-        trunk_tokens: list[int],
-    ) -> None:
+    def observe(self, outcome: StepOutcome) -> None:
         share, latest = RECENT_WEIGHTS
-        self.recent_tokens = share * self.recent_tokens + latest * (len(committed) - old_length)
+        committed = len(outcome.committed) - outcome.old_length
+        self.recent_tokens = share * self.recent_tokens + latest * committed
+
+
+class SpareChoices:
+    """Proposes the draft's spare choices (Trunk.spare) that fit in the rows the step's
+    verification has free (`free_rows`: rows that cost no more than the one it needs), likeliest
+    first: nearly free tokens. One that a branch already offers at the same place is left out."""
+
+    name = DraftTrunk.name  # the draft's choices, as its alternatives are
+
+    def __init__(self, free_rows: int):
+        self.free_rows = free_rows
+
+    def propose(self, step: StepContext) -> Branches:
+        proposal, spare = step.proposal, step.trunk.spare
+        room = self.free_rows - 1 - len(proposal.trunk) - sum(map(len, proposal.branches))
+        chosen = []
+        if room > 0 and spare:  # most steps, and every step where free_rows is 0
+            offered = {(at, b[0]) for at, b in zip(proposal.branch_attach, proposal.branches) if b}
+            for alternative in spare:
+                place = (alternative.at, alternative.tokens[0])
+                if len(alternative.tokens) <= room and place not in offered:
+                    chosen.append(alternative)
+                    offered.add(place)
+                    room -= len(alternative.tokens)
+        return as_branches(self.name, chosen)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass  # nothing to learn: the trunk's draft learns from the text itself

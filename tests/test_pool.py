@@ -120,7 +120,7 @@ def test_context_lookup_prefers_the_occurrence_that_matches_more_of_the_tail():
 
 
 def test_lookup_trust_learns_how_far_copies_stand_by_how_much_they_matched():
-    from ouroboros_core.lookup import LookupTrust
+    from ouroboros_core.trust import LookupTrust
 
     trust = LookupTrust(longest=4, length=12)
     # Untried, a copy is trusted (80% a token): all 12 tokens while reached for sure, fewer when
@@ -162,7 +162,7 @@ def sampled_drafter(models, trunk, stands, choices_at, sampler=None, **options):
         dict(choices_at),
         Branches(DraftTrunk.name),
     )
-    drafter.trunk.propose = lambda committed, limit, copying=False: drafted
+    drafter.trunk.propose = lambda step: drafted
     return drafter
 
 
@@ -191,7 +191,8 @@ def test_a_verdict_is_read_against_the_proposal_it_is_for(models):
     """Nothing waits on the drafter between propose and observe: the context-lookup copy's note
     travels in the proposal, credited to the lookup as its branch is, so a verdict teaches the copy
     it was for even after the drafter proposed again."""
-    from ouroboros_core.lookup import ContextLookup, Copy
+    from ouroboros_core.lookup import ContextLookup
+    from ouroboros_core.proposal import Copy, StepOutcome
     from ouroboros_core.tree import Verdict
 
     committed = [1, 2, 5, 9, 10, 11, 3, 1, 2]  # the last [1, 2] was followed by 5, 9, 10, 11 ...
@@ -201,7 +202,8 @@ def test_a_verdict_is_read_against_the_proposal_it_is_for(models):
     assert first.notes == {ContextLookup.name: Copy(matched=2, hangs=1, length=3)}
     drafter.propose([7, 8, 7], 8)  # another proposal in between
     # The target takes the trunk and the copy's first two tokens.
-    drafter.observe(committed + [5, 9, 10, 42], len(committed), first, Verdict(1, 0, 2, 42), [5, 9])
+    verdict = Verdict(1, 0, 2, 42)
+    drafter.observe(StepOutcome(committed + [5, 9, 10, 42], len(committed), first, verdict, [5, 9]))
     trust = drafter.lookup.trust
     assert trust.reached[2] == [1, 1, 1, 0] and trust.kept[2] == [1, 1, 0, 0]
     assert sum(map(sum, trust.reached)) == 3
@@ -215,6 +217,7 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
     left out where the trunk is unlikely to stand. The phrases offered travel in the proposal,
     credited to the pool."""
     from ouroboros_core.phrases import POOL_PHRASE, PoolPhrases
+    from ouroboros_core.proposal import Offered, StepOutcome
     from ouroboros_core.tree import Verdict
 
     committed = [1, 2, 3, 4]
@@ -223,11 +226,12 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
     proposal = drafter.propose(committed, 8)
     assert proposal.branches == [[20, 21, 22, 23, 24]]
     assert proposal.branch_owners == [PoolPhrases.name]
-    assert proposal.notes[PoolPhrases.name] == [[20, 21, 22, 23, 24]]
+    assert proposal.notes[PoolPhrases.name] == Offered([[20, 21, 22, 23, 24]])
     # The target takes the trunk and the phrase's first token, then goes its own way.
     for _ in range(30):
+        verdict = Verdict(1, 0, 1, 99)
         drafter.observe(
-            committed + [5, 20, 99], len(committed), proposal, Verdict(1, 0, 1, 99), [5, 99]
+            StepOutcome(committed + [5, 20, 99], len(committed), proposal, verdict, [5, 99])
         )
     trust = drafter.phrases.trust
     assert trust.reached[POOL_PHRASE][:3] == [30, 30, 0] and trust.kept[POOL_PHRASE][:2] == [30, 0]
