@@ -141,6 +141,11 @@ def test_the_page_answers_a_request_and_continues_raw_text_when_it_is_ticked(def
             assert_the_page_answers_a_request(page, finished_badge)
             # Raw text ticked: the lanes continue the text itself, from its last line.
             prompt = "def fibonacci(n):\n"
+            page.locator(
+                "#clear"
+            ).click()  # the first race's badge gone: the next one is this race's
+            sync_api.expect(page.locator("#badge .badge")).to_have_count(0)
+            sync_api.expect(page.locator("#prompt textarea")).to_have_value("")  # Clear's last step
             page.locator("#raw input").check()
             page.locator("#prompt textarea").fill(prompt)
             set_max_new_tokens(page, 16)
