@@ -17,7 +17,7 @@ from .events import DoneEvent, Event, Source, Stats, StepEvent, Token
 from .pieces import TextPieces
 from .proposal import Proposal, StepOutcome
 from .sampling import Sampler
-from .tree import Verdict, walk
+from .tree import Acceptance, walk
 from .verify import forward_tree, input_device
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class WalkedPath:
     accepted: list[Token]  # its head, which the target kept
     rejected: list[Token]  # its tail after the first mismatch
     trunk: list[Token]  # the whole trunk, as proposed
-    verdict: Verdict
+    verdict: Acceptance
 
 
 def verifiable(proposal: Proposal, eos: frozenset[int], draft_only: int | None) -> Proposal:
@@ -115,7 +115,7 @@ def verifiable(proposal: Proposal, eos: frozenset[int], draft_only: int | None) 
 
 
 def walked_path(
-    proposal: Proposal, verdict: Verdict, token_text: Callable[[int], str]
+    proposal: Proposal, verdict: Acceptance, token_text: Callable[[int], str]
 ) -> WalkedPath:
     """The drafted tokens on the path the target walked, split into accepted and rejected."""
     trunk = [Token(t, token_text(t), s) for t, s in zip(proposal.trunk, proposal.trunk_sources)]
@@ -188,7 +188,7 @@ class DecodeLoop:
         _sync(request.devices[0])
         return proposal
 
-    def verify(self, request: Request, proposal: Proposal) -> tuple[Verdict, list[int]]:
+    def verify(self, request: Request, proposal: Proposal) -> tuple[Acceptance, list[int]]:
         """One target forward over the pending tokens, the trunk and its branches; the cache then
         keeps what was committed except the newest token, which the next forward feeds."""
         cache, tree = request.cache, proposal.tree()

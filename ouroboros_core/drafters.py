@@ -97,7 +97,7 @@ class Ouroboros(Vanilla):
         self.trunk.start(prompt_ids)
 
     def propose(self, committed: list[int], limit: int) -> Proposal:
-        step = StepContext(committed, limit, copying=self.lookup.leads)
+        step = StepContext(committed, limit, copying=self.lookup.repeating)
         trunk = self.trunk.propose(step)
         proposal = Proposal(trunk.tokens, trunk.sources)
         step = StepContext(committed, limit, trunk=trunk, proposal=proposal)

@@ -60,7 +60,7 @@ class ContextLookup:
     request's copies stood (LookupTrust, by matched length) times the chance that the target reaches
     it. Greedy copies keep their L tokens: the draft's probabilities are no such chances there.
     Learns from the verdict how far the copy stood, and whether the text repeats itself: after a
-    copy that ran COPY_RUN tokens or more, `leads` asks the drafter to copy without drafting.
+    copy that ran COPY_RUN tokens or more, `repeating` asks the drafter to copy without drafting.
 
     Example, greedy, L = 4: committed [1, 2, 5, 9, 10, 11, 3, 1, 2] (the text's last [1, 2] was
     followed by 5, 9, 10, 11) and the trunk [5, 6]: the copy [5, 9, 10, 11] shares the trunk's 5, so
@@ -78,7 +78,7 @@ class ContextLookup:
         # trimmed: a token's least chance of standing
         self.above = max(config.lookup_above, above)
         self.trust = LookupTrust(LOOKUP_LONGEST, max(self.length, 1))
-        self.leads = False  # the latest copy ran long: the text repeats, let lookup lead
+        self.repeating = False  # the latest copy ran long: the text repeats, let lookup lead
 
     def find(self, committed: list[int], length: int) -> tuple[list[int], int]:
         """Up to `length` tokens to propose, and how many of the text's last tokens they follow."""
@@ -112,7 +112,9 @@ class ContextLookup:
         # one that parts from the trunk on a token outside the draft's best keyed guesses there
         # almost never is (docs/BENCHMARKS.md, "Sampled: rows left out").
         parts = common < len(trunk.tokens)
-        reach = math.prod(trunk.stands[:common]) * (1.0 - trunk.stands[common] if parts else 1.0)
+        reach = math.prod(trunk.accept_chances[:common]) * (
+            1.0 - trunk.accept_chances[common] if parts else 1.0
+        )
         if parts and found[common] not in trunk.choices.get(common, (found[common],)):
             reach = 0.0
         return self.trust.length(matched, reach, len(found) - common, self.above)
@@ -120,7 +122,7 @@ class ContextLookup:
     def observe(self, outcome: StepOutcome) -> None:
         proposal, verdict = outcome.proposal, outcome.verdict
         walked = proposal.walked(self.name, verdict.branch)
-        self.leads = walked and verdict.branch_accepted >= COPY_RUN
+        self.repeating = walked and verdict.branch_accepted >= COPY_RUN
         copy = proposal.notes.get(self.name)
         if copy is not None and verdict.trunk_accepted == copy.hangs:  # the target reached the copy
             self.trust.observe(copy.matched, copy.length, verdict.branch_accepted if walked else 0)
@@ -132,7 +134,7 @@ class StoredLookup(ContextLookup):
     context copy. Up to `stored_answers` tokens, greedy or sampled ended where a token's chance of
     standing falls to STORED_ABOVE (how far this request's stored walks stood, by how many tokens
     keyed them, times the chance that the target reaches the branch): most of such a walk is a
-    guess, and each row costs the target's forward. Only the context copy's `leads` stops the
+    guess, and each row costs the target's forward. Only the context copy's `repeating` stops the
     drafter drafting (drafters.Ouroboros reads no other)."""
 
     name = "answers"

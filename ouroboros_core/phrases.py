@@ -82,7 +82,9 @@ class PoolPhrases:
         if room <= 0 or not cfg.branches:
             return Branches(self.name)
         key = trunk.tokens[-1] if trunk.tokens else committed[-1]
-        whole = math.prod(trunk.stands)  # they hang after the trunk: walked where all of it stands
+        whole = math.prod(
+            trunk.accept_chances
+        )  # they hang after the trunk: walked where all of it stands
         phrases, sources = [], []
         # One more candidate per branch already there: a phrase that branch holds is skipped, and
         # the next newest (often from an earlier request of a warm pool) takes its place.

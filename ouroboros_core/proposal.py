@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .events import Source
-from .tree import DraftTree, Verdict
+from .tree import DraftTree, Acceptance
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Proposal:
         return DraftTree.of(self.trunk, self.branches, self.branch_attach)
 
     def walked(self, owner: str, branch: int | None) -> bool:
-        """Whether the walked branch (a Verdict's `branch`) is one that `owner` offered."""
+        """Whether the walked branch (an Acceptance's `branch`) is one that `owner` offered."""
         return branch is not None and self.branch_owners[branch] == owner
 
     def cut(self, trunk_length: int, kept=()) -> Proposal:
@@ -112,7 +112,7 @@ class StepOutcome:
     committed: list[int]  # the text after the step
     old_length: int  # its length before the step
     proposal: Proposal  # what was verified, each proposer's note in it
-    verdict: Verdict
+    verdict: Acceptance
     trunk_tokens: list[int]  # the target's token after each trunk prefix (len(trunk) + 1)
 
 

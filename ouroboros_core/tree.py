@@ -18,7 +18,10 @@ STANDS_IN = -1
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Acceptance:
+    """What the target accepted of a draft tree: the accepted length on the trunk, the branch walked
+    after it and its accepted length, and the target's own next token."""
+
     trunk_accepted: int  # leading trunk tokens that equal the target's tokens
     branch: int | None  # index of the branch walked after a fully accepted trunk, if any matched
     branch_accepted: int  # leading tokens of that branch that the target kept
@@ -112,7 +115,7 @@ class DraftTree:
         mask = torch.cat([torch.zeros(n, past, dtype=dtype, device=device), block], dim=1)
         return torch.tensor([positions], device=device), mask[None, None]
 
-    def kept_rows(self, verdict: Verdict) -> tuple[int, int, int]:
+    def kept_rows(self, verdict: Acceptance) -> tuple[int, int, int]:
         """What a forward's new cache rows keep after the walk, counted from the first trunk token:
         (trunk tokens kept, where the walked branch's rows start, how many of them are kept)."""
         if verdict.branch is None:
@@ -121,7 +124,7 @@ class DraftTree:
         return verdict.trunk_accepted, start, verdict.branch_accepted
 
 
-def walk(tree: DraftTree, trunk_tokens: list[int], branch_tokens: list[list[int]]) -> Verdict:
+def walk(tree: DraftTree, trunk_tokens: list[int], branch_tokens: list[list[int]]) -> Acceptance:
     """Greedy acceptance, and sample-and-match acceptance when the target tokens are samples.
 
     trunk_tokens[i] is the target's token after trunk[:i] (len(trunk) + 1 of them);
@@ -145,4 +148,4 @@ def walk(tree: DraftTree, trunk_tokens: list[int], branch_tokens: list[list[int]
         best = live[0]
         token = branch_tokens[best][depth]
         depth += 1
-    return Verdict(accepted, best, depth, token)
+    return Acceptance(accepted, best, depth, token)

@@ -49,7 +49,7 @@ class Trunk:
 
     tokens: list[int]
     sources: list[Source]
-    stands: list[float]  # each token's chance of standing, once the tokens before it stood
+    accept_chances: list[float]  # each token's chance of standing, once the tokens before it stood
     choices: dict[int, set[int]]  # trunk position -> the draft's other best keyed guesses there
     alternatives: Branches  # the draft's other choices, each a branch in place of its first
     # the draft's other choices left out of `alternatives` that may fill free rows, likeliest first
@@ -72,18 +72,18 @@ def as_branches(owner: str, alternatives: list[Alternative]) -> Branches:
 
 
 @dataclass
-class Growing:
+class TrunkBuilder:
     """A trunk while the draft grows it: its tokens, and the draft's other choices on the way."""
 
     sequence: list[int]  # the committed tokens, then the trunk so far
     tokens: list[int] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
-    stands: list[float] = field(default_factory=list)
+    accept_chances: list[float] = field(default_factory=list)
     chance: float = 1.0  # the chance that the whole trunk so far stands
     choices: dict[int, set[int]] = field(default_factory=dict)
     alternatives: list[Alternative] = field(default_factory=list)
 
-    def riding(self, above: float) -> list[Alternative]:
+    def siblings_to_ride(self, above: float) -> list[Alternative]:
         """The alternatives to the trunk's last token likely enough to ride in the next forward."""
         last = len(self.tokens) - 1
         return [a for a in self.alternatives if a.at == last and a.chance > above]
@@ -102,7 +102,7 @@ class Growing:
         ]
         self.choices[at] = {token for token, _ in step.others}
         # A pool phrase the draft verified is taken as sure.
-        self.stands += [1.0] * (len(step.tokens) - 1) + [step.first_p]
+        self.accept_chances += [1.0] * (len(step.tokens) - 1) + [step.first_p]
         self.tokens += step.tokens
         self.sources += step.sources
         self.sequence += step.tokens
@@ -119,7 +119,7 @@ class Growing:
             (a for a in inside if spare_above < a.chance <= above), key=lambda a: -a.chance
         )
         return Trunk(
-            tokens, self.sources[:limit], self.stands[:limit], self.choices, branches, spare
+            tokens, self.sources[:limit], self.accept_chances[:limit], self.choices, branches, spare
         )
 
 
@@ -174,10 +174,12 @@ class DraftTrunk:
         cfg, limit = self.config, step.limit
         want = 0 if step.copying else min(cfg.gamma, limit)
         most = 0 if step.copying else min(max(cfg.max_trunk, want), limit)
-        growing, sure = Growing(list(step.committed)), True
+        growing, sure = TrunkBuilder(list(step.committed)), True
         while len(growing.tokens) < want or (sure and len(growing.tokens) < most):
-            riding = growing.riding(cfg.second_above)
-            step = self._step(growing.sequence, [alternative.tokens[0] for alternative in riding])
+            riding = growing.siblings_to_ride(cfg.second_above)
+            step = self._draft_forward(
+                growing.sequence, [alternative.tokens[0] for alternative in riding]
+            )
             growing.extend(step, riding, cfg.second_above)
             sure = self._goes_on(step.first_p, growing.chance)
         spare_above = cfg.fill_above if cfg.free_rows else 1.0
@@ -191,7 +193,7 @@ class DraftTrunk:
         # each is worth less.
         return chance > self.config.extend_chance * self.recent_tokens
 
-    def _step(self, sequence: list[int], siblings: list[int]) -> DraftStep:
+    def _draft_forward(self, sequence: list[int], siblings: list[int]) -> DraftStep:
         """One draft forward: the next token, or a verified pool phrase plus the token after it. The
         window's columns, the pool's phrases and each sibling (a token in place of the sequence's
         last) ride along as branches."""

@@ -193,7 +193,7 @@ def test_a_verdict_is_read_against_the_proposal_it_is_for(models):
     it was for even after the drafter proposed again."""
     from ouroboros_core.lookup import ContextLookup
     from ouroboros_core.proposal import Copy, StepOutcome
-    from ouroboros_core.tree import Verdict
+    from ouroboros_core.tree import Acceptance
 
     committed = [1, 2, 5, 9, 10, 11, 3, 1, 2]  # the last [1, 2] was followed by 5, 9, 10, 11 ...
     drafter = sampled_drafter(models, [5], [0.9], {}, lookup=4, branches=0)
@@ -202,12 +202,12 @@ def test_a_verdict_is_read_against_the_proposal_it_is_for(models):
     assert first.notes == {ContextLookup.name: Copy(matched=2, hangs=1, length=3)}
     drafter.propose([7, 8, 7], 8)  # another proposal in between
     # The target takes the trunk and the copy's first two tokens.
-    verdict = Verdict(1, 0, 2, 42)
+    verdict = Acceptance(1, 0, 2, 42)
     drafter.observe(StepOutcome(committed + [5, 9, 10, 42], len(committed), first, verdict, [5, 9]))
     trust = drafter.lookup.trust
     assert trust.reached[2] == [1, 1, 1, 0] and trust.kept[2] == [1, 1, 0, 0]
     assert sum(map(sum, trust.reached)) == 3
-    assert not drafter.lookup.leads  # a copy of 3 tokens: no run to copy on
+    assert not drafter.lookup.repeating  # a copy of 3 tokens: no run to copy on
 
 
 def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stood(models):
@@ -218,7 +218,7 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
     credited to the pool."""
     from ouroboros_core.phrases import POOL_PHRASE, PoolPhrases
     from ouroboros_core.proposal import Offered, StepOutcome
-    from ouroboros_core.tree import Verdict
+    from ouroboros_core.tree import Acceptance
 
     committed = [1, 2, 3, 4]
     drafter = sampled_drafter(models, [5], [0.9], {}, lookup=0, branches=1)
@@ -229,7 +229,7 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
     assert proposal.notes[PoolPhrases.name] == Offered([[20, 21, 22, 23, 24]])
     # The target takes the trunk and the phrase's first token, then goes its own way.
     for _ in range(30):
-        verdict = Verdict(1, 0, 1, 99)
+        verdict = Acceptance(1, 0, 1, 99)
         drafter.observe(
             StepOutcome(committed + [5, 20, 99], len(committed), proposal, verdict, [5, 99])
         )

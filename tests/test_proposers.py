@@ -7,7 +7,7 @@ from ouroboros_core.lookup import COPY_RUN, ContextLookup
 from ouroboros_core.phrases import PoolPhrases
 from ouroboros_core.pool import PhrasePool
 from ouroboros_core.proposal import Branches, Copy, Proposal, StepContext, StepOutcome
-from ouroboros_core.tree import Verdict
+from ouroboros_core.tree import Acceptance
 from ouroboros_core.trunk import Alternative, DraftTrunk, SpareChoices, Trunk
 
 # the text's last [1, 2] was followed by 5, 9, 10, 11 before
@@ -31,7 +31,7 @@ def step_on(trunk: Trunk, committed=COMMITTED, limit: int = 8, proposal=None) ->
     return StepContext(committed, limit, trunk=trunk, proposal=proposal)
 
 
-def outcome(proposal: Proposal, verdict: Verdict, new: list[int], committed=COMMITTED):
+def outcome(proposal: Proposal, verdict: Acceptance, new: list[int], committed=COMMITTED):
     trunk_tokens = list(proposal.trunk[: verdict.trunk_accepted]) + [0]
     return StepOutcome(committed + new, len(committed), proposal, verdict, trunk_tokens)
 
@@ -53,17 +53,17 @@ def test_context_lookup_learns_how_far_its_copy_stood_and_when_to_lead():
     trunk = trunk_of([5, 6])
     proposal = Proposal(trunk.tokens, trunk.sources)
     proposal.add(lookup.propose(step_on(trunk, proposal=proposal)))
-    lookup.observe(outcome(proposal, Verdict(1, 0, 2, 42), [5, 9, 10, 42]))
+    lookup.observe(outcome(proposal, Acceptance(1, 0, 2, 42), [5, 9, 10, 42]))
     assert lookup.trust.reached[2][:3] == [1, 1, 1] and lookup.trust.kept[2][:3] == [1, 1, 0]
-    assert not lookup.leads  # two copied tokens: no run
+    assert not lookup.repeating  # two copied tokens: no run
     # A long copy that stood whole: the text repeats itself, lookup leads the next step.
     text = [7, 1, 2, 3, 4, 5, 6, 8, 7, 1, 2]
     long = ContextLookup(OuroborosConfig(lookup=6), trims=False)
     proposal = Proposal()
     proposal.add(long.propose(step_on(trunk_of([]), committed=text, proposal=proposal)))
     assert proposal.branches == [[3, 4, 5, 6, 8, 7]]
-    long.observe(outcome(proposal, Verdict(0, 0, COPY_RUN, 9), [3, 4, 5, 6, 9], committed=text))
-    assert long.leads
+    long.observe(outcome(proposal, Acceptance(0, 0, COPY_RUN, 9), [3, 4, 5, 6, 9], committed=text))
+    assert long.repeating
 
 
 def test_pool_phrases_hang_after_the_trunk_unlike_the_branches_already_there():
@@ -87,7 +87,7 @@ def test_pool_phrases_learn_the_targets_tokens_over_a_rejected_trunk_tail():
     proposal = Proposal([5, 6, 7], [Source.DRAFT] * 3)
     # The target kept 5, then wrote 8 and would have gone on 9: the pool keeps (8, 9) after 5.
     step = StepOutcome(
-        COMMITTED + [5, 8], len(COMMITTED), proposal, Verdict(1, None, 0, 8), [5, 8, 9]
+        COMMITTED + [5, 8], len(COMMITTED), proposal, Acceptance(1, None, 0, 8), [5, 8, 9]
     )
     phrases.observe(step)
     assert ((8, 9), Source.POOL) in pool.lookup(5, 4)

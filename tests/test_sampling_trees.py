@@ -38,7 +38,7 @@ from conftest import build_model, noisy_copy
 from engine_checks import run
 from ouroboros_core import Engine, Source
 from ouroboros_core.drafters import Ouroboros
-from ouroboros_core.tree import Verdict
+from ouroboros_core.tree import Acceptance
 
 # --- trees: branches, shared nodes and the context-lookup branch, verified on samples -------------
 
@@ -82,7 +82,7 @@ class Walk:
     trunk: list[int]
     branches: list[list[int]]
     attach: list[int]  # trunk tokens each branch continues after
-    verdict: Verdict
+    verdict: Acceptance
 
     def walked(self, lookup: bool = False, inside_trunk: bool = False) -> bool:
         """A branch (the lookup branch; hanging inside the trunk) was walked, and kept at least one

@@ -3,11 +3,11 @@ and mask, row groups, row positions, and the cache rows an accepted branch keeps
 
 import torch
 
-from ouroboros_core.tree import STANDS_IN, DraftTree, Verdict
+from ouroboros_core.tree import STANDS_IN, DraftTree, Acceptance
 from ouroboros_core.tree import walk as walk_tree
 
 
-def walk(trunk, branches, trunk_tokens, branch_tokens, attach=None) -> Verdict:
+def walk(trunk, branches, trunk_tokens, branch_tokens, attach=None) -> Acceptance:
     return walk_tree(DraftTree.of(trunk, branches, attach), trunk_tokens, branch_tokens)
 
 
@@ -22,52 +22,52 @@ def tree_layout(pending, trunk, lengths, past, dtype, device, offsets=None, atta
 
 
 def test_whole_trunk_accepted_gives_the_target_token_after_it():
-    assert walk([5, 6, 7], [], [5, 6, 7, 9], []) == Verdict(3, None, 0, 9)
+    assert walk([5, 6, 7], [], [5, 6, 7, 9], []) == Acceptance(3, None, 0, 9)
 
 
 def test_first_trunk_token_rejected():
-    assert walk([5, 6, 7], [], [4, 6, 7, 9], []) == Verdict(0, None, 0, 4)
+    assert walk([5, 6, 7], [], [4, 6, 7, 9], []) == Acceptance(0, None, 0, 4)
 
 
 def test_rejection_mid_trunk_keeps_the_prefix_and_the_targets_token():
     # Later trunk positions agree again, but nothing after the first mismatch may stand.
-    assert walk([5, 6, 7], [], [5, 8, 7, 9], []) == Verdict(1, None, 0, 8)
+    assert walk([5, 6, 7], [], [5, 8, 7, 9], []) == Acceptance(1, None, 0, 8)
 
 
 def test_branches_are_ignored_when_the_trunk_is_rejected():
     verdict = walk([5, 6], [[6, 1], [8, 2]], [5, 8, 9], [[1, 3], [2, 4]])
-    assert verdict == Verdict(1, None, 0, 8)
+    assert verdict == Acceptance(1, None, 0, 8)
 
 
 def test_empty_proposal_is_one_target_token():
-    assert walk([], [], [42], []) == Verdict(0, None, 0, 42)
+    assert walk([], [], [42], []) == Acceptance(0, None, 0, 42)
 
 
 def test_branch_fully_matched_keeps_its_bonus_token():
     # After the trunk the target says 10; branch 1 is [10, 20, 30] and the target agrees with all of
     # it, then adds 40 of its own: all three branch tokens stand plus the bonus token.
     verdict = walk([1, 2], [[11, 12], [10, 20, 30]], [1, 2, 10], [[0, 0], [20, 30, 40]])
-    assert verdict == Verdict(2, 1, 3, 40)
+    assert verdict == Acceptance(2, 1, 3, 40)
 
 
 def test_branch_partially_matched():
     verdict = walk([1], [[10, 20, 99]], [1, 10], [[20, 30, 50]])
-    assert verdict == Verdict(1, 0, 2, 30)
+    assert verdict == Acceptance(1, 0, 2, 30)
 
 
 def test_no_branch_matches():
     verdict = walk([1], [[11, 20], [12]], [1, 10], [[20, 30], [40]])
-    assert verdict == Verdict(1, None, 0, 10)
+    assert verdict == Acceptance(1, None, 0, 10)
 
 
 def test_branches_after_an_empty_trunk():
     verdict = walk([], [[3, 4], [7, 8, 9]], [7], [[0, 0], [8, 9, 1]])
-    assert verdict == Verdict(0, 1, 3, 1)
+    assert verdict == Acceptance(0, 1, 3, 1)
 
 
 def test_longest_matching_branch_wins():
     verdict = walk([], [[7, 1], [7, 8, 9]], [7], [[8, 5], [8, 9, 2]])
-    assert verdict == Verdict(0, 1, 3, 2)
+    assert verdict == Acceptance(0, 1, 3, 2)
 
 
 def test_shared_prefix_branches_read_one_node():
@@ -78,14 +78,14 @@ def test_shared_prefix_branches_read_one_node():
     trunk_tokens = [10]
     branches = [[10, 20, 30], [10, 20, 31]]
     branch_tokens = [[20, 31, 50], [21, 30, 60]]
-    assert walk([], branches, trunk_tokens, branch_tokens) == Verdict(0, 1, 3, 60)
+    assert walk([], branches, trunk_tokens, branch_tokens) == Acceptance(0, 1, 3, 60)
 
 
 def test_shared_node_reading_from_first_live_branch_not_first_branch():
     # Branch 0 dies at depth 0, so the shared node of branches 1 and 2 is read from branch 1.
     branches = [[9], [10, 20], [10, 21]]
     branch_tokens = [[0], [21, 70], [20, 80]]
-    assert walk([], branches, [10], branch_tokens) == Verdict(0, 2, 2, 80)
+    assert walk([], branches, [10], branch_tokens) == Acceptance(0, 2, 2, 80)
 
 
 # --- tree_layout ----------------------------------------------------------------------------------
@@ -141,17 +141,17 @@ def test_branch_attached_inside_the_trunk_takes_over_where_the_trunk_is_rejected
     # and is dead; branch 1 starts at the root, begins with 7 and the target agrees with 7, 8, then
     # says 4.
     verdict = walk([5, 6], [[6, 1], [7, 8, 9]], [7, 0, 0], [[0, 0], [8, 4, 0]], attach=[2, 0])
-    assert verdict == Verdict(0, 1, 2, 4)
+    assert verdict == Acceptance(0, 1, 2, 4)
 
 
 def test_root_branch_is_not_walked_when_the_trunk_stands():
     verdict = walk([5], [[6, 1], [5, 6]], [5, 6], [[1, 2], [6, 3]], attach=[1, 0])
-    assert verdict == Verdict(1, 0, 2, 2)
+    assert verdict == Acceptance(1, 0, 2, 2)
 
 
 def test_branch_attached_mid_trunk():
     verdict = walk([5, 6, 7], [[9, 9]], [5, 9, 0, 0], [[9, 3]], attach=[1])
-    assert verdict == Verdict(1, 0, 2, 3)
+    assert verdict == Acceptance(1, 0, 2, 3)
 
 
 def test_tree_layout_attach_points():
@@ -182,9 +182,13 @@ def test_groups_and_branch_rows_follow_the_feeding_order():
 def test_kept_rows_move_the_walked_branch_behind_the_kept_trunk():
     tree = DraftTree.of([1, 2], [[3, 4, 5], [6, 9]], attach=[2, 2])
     # the trunk stood and branch 1 stood for two tokens: its rows start after the trunk and branch 0
-    assert tree.kept_rows(Verdict(2, 1, 2, 0)) == (2, 5, 2)
-    assert tree.kept_rows(Verdict(1, None, 0, 0)) == (1, 1, 0)  # no branch: the trunk's head alone
-    assert tree.kept_rows(Verdict(2, 0, 1, 0)) == (2, 2, 1)
+    assert tree.kept_rows(Acceptance(2, 1, 2, 0)) == (2, 5, 2)
+    assert tree.kept_rows(Acceptance(1, None, 0, 0)) == (
+        1,
+        1,
+        0,
+    )  # no branch: the trunk's head alone
+    assert tree.kept_rows(Acceptance(2, 0, 1, 0)) == (2, 2, 1)
 
 
 def test_riders_stand_in_for_the_last_token_and_columns_sit_further_on():

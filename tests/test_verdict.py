@@ -13,7 +13,7 @@ import ouroboros_core.decode as decode_module
 from conftest import build_model
 from ouroboros_core import Engine
 from ouroboros_core.verdict import explain, output_verdict, rounding_step, within_rounding
-from ouroboros_core.tree import Verdict
+from ouroboros_core.tree import Acceptance
 
 PROMPT = "def add(a, b):\n    return a + b\n"
 
@@ -135,7 +135,7 @@ def test_a_broken_acceptance_rule_is_a_mismatch_even_in_16_bit(bf16_engine, eos_
     vanilla = bf16_engine.generate(PROMPT, "vanilla", 24).token_ids
 
     def accept_everything(tree, trunk_tokens, branch_tokens):
-        return Verdict(len(tree.trunk), None, 0, trunk_tokens[len(tree.trunk)])
+        return Acceptance(len(tree.trunk), None, 0, trunk_tokens[len(tree.trunk)])
 
     monkeypatch.setattr(decode_module, "walk", accept_everything)
     unrelated = build_model("llama", eos_id, seed=99, layers=1).to(torch.bfloat16)
