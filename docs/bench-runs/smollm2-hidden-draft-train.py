@@ -26,7 +26,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 FEATURES = os.environ.get("HIDDEN_FEATURES", "/tmp/hidden-draft-features")
-from ouroboros_core.tools.draft_loss import kind_of  # noqa: E402
+from ouroboros_core.tools.draft_loss import batches, kind_of  # noqa: E402
 from ouroboros_core.tools.train_draft import vocabulary  # noqa: E402
 
 
@@ -114,20 +114,6 @@ def load(pattern):
     return rows
 
 
-def make_batches(rows, budget, rng):
-    rows = sorted(rows, key=lambda r: len(r["ids"]))
-    out, cur = [], []
-    for r in rows:
-        if cur and len(r["ids"]) * (len(cur) + 1) > budget:
-            out.append(cur)
-            cur = []
-        cur.append(r)
-    if cur:
-        out.append(cur)
-    rng.shuffle(out)
-    return out
-
-
 def tensors(batch, pad, H):
     T = max(len(r["ids"]) for r in batch)
     B = len(batch)
@@ -183,7 +169,7 @@ def evaluate(head, embed, W, vocab, rows, pad):
     head.eval()
     tally = defaultdict(lambda: [0, 0, 0, 0])
     with torch.no_grad():
-        for batch in make_batches(rows, 4096, random.Random(0)):
+        for batch in batches(rows, 4096, random.Random(0)):
             _, res, scored = step_loss(head, embed, W, vocab, batch, pad)
             counts1 = scored.sum(1).tolist()
             start = 0
@@ -242,7 +228,7 @@ def main():
     torch.manual_seed(0)
     head, embed, W, vocab, pad, train, held = setup(a)
     rng = random.Random(0)
-    steps = max(1, round(a.epochs * len(make_batches(train, 4096, rng))))
+    steps = max(1, round(a.epochs * len(batches(train, 4096, rng))))
     trained = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
     print("train rows", len(train), "held", len(held), "steps", steps, flush=True)
@@ -250,7 +236,7 @@ def main():
     queue, started = [], time.perf_counter()
     for step in range(steps):
         if not queue:
-            queue = make_batches(train, 4096, rng)
+            queue = batches(train, 4096, rng)
         lr = a.lr * min(1, (step + 1) / 30) * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps)))
         for g in opt.param_groups:
             g["lr"] = lr
