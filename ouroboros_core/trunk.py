@@ -209,7 +209,9 @@ class DraftTrunk:
         phrases = [phrase for phrase, _ in candidates]
         riders = DraftTree.riders(columns, phrases, siblings)
         logits = self.runner.forward(sequence, riders)
-        scores, ids, guesses = self._guesses(logits, riders.row_positions(len(sequence)))
+        # only a sampled guess is keyed on its position
+        positions = [] if self.sampler.greedy else riders.row_positions(len(sequence))
+        scores, ids, guesses = self._guesses(logits, positions)
         starts = [riders.branch_row(b) for b in range(len(riders.branches))]
         if columns:
             self.window.advance([guesses[s + len(c) - 1] for s, c in zip(starts, columns)])
