@@ -276,7 +276,7 @@ class OuroborosConfig:
     )
     # Rows a verification's forward takes at the cost of one (the pending token's counted): where
     # the tree has fewer, the draft's next choices above fill_above fill it up to this many,
-    # likeliest first (0: none). On a 2-core AVX-512 CPU up to 6 rows cost what one does
+    # likeliest first (0: none). How many rows cost what one does depends on the CPU
     # (docs/BENCHMARKS.md, "Free rows filled").
     free_rows: int = knob(
         0,
@@ -302,7 +302,8 @@ class OuroborosConfig:
     # Sampled, the lookup branch (and a pool phrase) ends before the first token whose estimated
     # chance of standing (how far this request's copies, or pool phrases, stood, and how likely the
     # target reaches it) is at most this; a copy parting from the trunk on a token outside the
-    # draft's 8 best guesses is left out (0: none of this, always L tokens; greedy always keeps L).
+    # draft's fitted.GUESSES_SCORED best guesses is left out (0: none of this, always L tokens;
+    # greedy always keeps L).
     lookup_above: float = knob(
         0.05,
         0.0,

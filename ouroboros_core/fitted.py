@@ -29,13 +29,13 @@ ALTERNATIVES = 3
 RECENT_TOKENS_START = 3.0
 RECENT_WEIGHTS = (0.8, 0.2)
 
-# lookup.LookupTrust's (kept, reached) pseudo-counts at every depth: a copy or a pool phrase is
+# trust.LookupTrust's (kept, reached) pseudo-counts at every depth: a copy or a pool phrase is
 # trusted at 80% a token until the request's verdicts say otherwise (a prior of 50% measured in
 # docs/BENCHMARKS.md, "Sampled: rows left out"; how far copies stand by their matched length:
 # docs/BENCHMARKS.md, "Sampled: rows where they stand").
 TRUST_PRIOR = (1.0, 1.25)
 
 # lookup.StoredLookup ends its walk before the first token whose chance of standing is at most this:
-# on the 2-core CPU a verified row costs about 5% of a one-row target forward while a step commits
-# about 2.7 tokens, so a row pays where its token stands more than about one time in eight.
+# a row pays where its token stands often enough to repay what the row adds to a target forward
+# (docs/BENCHMARKS.md, *The constants behind the code*).
 STORED_ABOVE = 0.12

@@ -111,7 +111,7 @@ def keyed_scores(
 ) -> torch.Tensor:
     """Each token's tempered score plus its noise at that row's position (n, V), float64; -inf
     outside the top-p nucleus. A row's nucleus is found among its 64 most likely tokens where it
-    ends there (every row at temperature 0.3 on the embedded pair, 77% at 0.8), else among 1,024,
+    ends there (most rows: docs/BENCHMARKS.md, *The constants behind the code*), else among 1,024,
     else in the whole vocabulary; only its tokens get noise (a full sort and a full row of noise
     cost a sampled CPU step milliseconds)."""
     scores = logits.double() / temperature
@@ -150,9 +150,8 @@ def keyed_scores(
 
 
 # The draft guesses at a slightly lower temperature than the target samples at: a small draft is
-# less sure than its target, and sharpening it agrees with the target's sample more often (embedded
-# pair, 2,560 positions each: at 0.8, 62.9% at the same temperature, 63.8% at 0.8 of it, 63.4% at
-# 0.9, 61.4% at 1.1; at 0.3, 70.1% and 70.7% at 0.8 of it, 70.7% at 0.9).
+# less sure than its target, and sharpening it agrees with the target's sample more often
+# (docs/BENCHMARKS.md, *The constants behind the code*).
 DRAFT_SHARPEN = 0.85
 
 
