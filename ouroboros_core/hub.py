@@ -15,12 +15,7 @@ HUB_FILES = ["*.json", "*.jinja", "*.safetensors", "*.model", "*.txt", "*.tiktok
 def download(repo_id: str, report: Report = ignore) -> Path:
     # huggingface_hub honours HF_HUB_OFFLINE, HF_TOKEN and HF_HOME itself, and shows a progress bar.
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HFValidationError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-    )
+    from huggingface_hub.errors import HFValidationError
 
     report(LoadStage("download", f"Fetching {repo_id} from the Hub (or its cache)"))
     try:
@@ -29,22 +24,46 @@ def download(repo_id: str, report: Report = ignore) -> Path:
                 repo_id, allow_patterns=HUB_FILES, tqdm_class=reporting_bars(repo_id, report)
             )
         )
-    except GatedRepoError as err:
-        raise LoadError(
-            f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN"
-        ) from err
-    except RepositoryNotFoundError as err:
-        raise LoadError(f"{repo_id} was not found on the Hub (private? set HF_TOKEN)") from err
+    except OSError as err:  # every huggingface_hub error below is one, as is a full disk
+        raise hub_error(repo_id, err) from err
     except HFValidationError as err:
         raise LoadError(f"{repo_id!r} is not a valid Hub id or local folder") from err
-    except (LocalEntryNotFoundError, OSError) as err:
-        raise LoadError(
+
+
+def hub_error(repo_id: str, err: OSError) -> LoadError:
+    """What to do about a snapshot that could not be had, by what stopped it: the most specific of
+    huggingface_hub's errors first (a gated repository's error is also a missing one's)."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    offline = f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}"
+    fetch = (
+        f"Connect to the network once, or run `huggingface-cli download {repo_id}` where there is "
+        f"one and copy the cache ({os.environ.get('HF_HOME', '~/.cache/huggingface')}), or pass "
+        f"a local folder"
+    )
+    if isinstance(err, GatedRepoError):
+        return LoadError(f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN")
+    if isinstance(err, RepositoryNotFoundError):
+        return LoadError(f"{repo_id} was not found on the Hub (private? set HF_TOKEN)")
+    if isinstance(err, IncompleteSnapshotError):
+        return LoadError(
+            f"cannot load {repo_id}: its copy in the Hugging Face cache lacks files and the Hub "
+            f"cannot be reached ({offline}). {fetch}"
+        )
+    if isinstance(err, (LocalEntryNotFoundError, ConnectionError)):
+        return LoadError(
             f"cannot load {repo_id}: it is not in the Hugging Face cache and the Hub cannot be "
-            f"reached (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}). Connect to the "
-            f"network once, or run `huggingface-cli download {repo_id}` where there is one and "
-            f"copy the cache ({os.environ.get('HF_HOME', '~/.cache/huggingface')}), or pass a "
-            f"local folder"
-        ) from err
+            f"reached ({offline}). {fetch}"
+        )
+    if isinstance(err, HfHubHTTPError):
+        return LoadError(f"the Hub refused {repo_id}: {err}")
+    return LoadError(f"cannot write {repo_id} to the Hugging Face cache: {err} (see HF_HOME)")
 
 
 def reporting_bars(repo_id: str, report: Report):

@@ -16,6 +16,7 @@ import pytest
 from huggingface_hub import constants
 from huggingface_hub.errors import (
     GatedRepoError,
+    HfHubHTTPError,
     IncompleteSnapshotError,
     LocalEntryNotFoundError,
     RepositoryNotFoundError,
@@ -103,7 +104,9 @@ def test_a_cached_snapshot_missing_its_chat_template_is_not_taken_for_a_whole_on
     error = failure()
     assert isinstance(error.__cause__, IncompleteSnapshotError)
     assert "chat_template.jinja" in str(error.__cause__)
-    assert str(error).startswith(f"cannot load {REPO}: it is not in the Hugging Face cache")
+    assert str(error).startswith(
+        f"cannot load {REPO}: its copy in the Hugging Face cache lacks files"
+    )
 
 
 @pytest.fixture
@@ -225,3 +228,27 @@ def test_a_resumed_download_counts_the_bytes_it_already_had():
 def test_a_download_stage_says_what_is_known_of_files_and_bytes(files, size, text, done, total):
     stage = download_stage(REPO, {"files": list(files), "bytes": list(size)})
     assert stage == LoadStage("download", f"Downloading {REPO}{text}", done, total)
+
+
+@pytest.mark.parametrize(
+    "raised, sentence",
+    [
+        (
+            http_error(HfHubHTTPError, "", 500),
+            f"the Hub refused {REPO}: 500 Client Error for https://huggingface.co/api/models/{REPO}",
+        ),
+        (
+            OSError(28, "No space left on device"),
+            f"cannot write {REPO} to the Hugging Face cache: [Errno 28] No space left on device",
+        ),
+    ],
+    ids=["hub error", "disk full"],
+)
+def test_a_hub_error_or_a_full_disk_is_not_called_a_missing_network(monkeypatch, raised, sentence):
+    def failing(repo_id, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", failing)
+    caught = failure()
+    assert str(caught).startswith(sentence) and caught.__cause__ is raised
+    assert "cannot be reached" not in str(caught)
