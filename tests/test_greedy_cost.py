@@ -7,7 +7,7 @@ forward reads besides its pending token). Ouroboros's tokens are the engine's va
 A drafting bug that keeps the output lossless but wastes rows or forwards fails no lossless test.
 Planted one at a time, each of these moved these figures: the free rows (trunk.SpareChoices) filled
 one short (smollm2: 2-4 rows fewer on every request) or with a choice a branch already offers
-(smollm2: one row more on 3 requests, 3 in 872); the trunk reading one choice fewer than it offers
+(smollm2: one row more on 3 requests); the trunk reading one choice fewer than it offers
 (rows on both pairs); context lookup's observe learning from a copy the target never reached (the
 stored answers' walk inherits it; smollm2: 3-6 rows on 2 requests); pool phrases stored under the
 next token instead of their key (demo: 3-9 rows on every request); a walked branch credited to a
@@ -70,7 +70,7 @@ class Cost:
 
 
 # Measured on the AVX2 class (MEASURED_CLASS), one thread, per request in REQUESTS' order; in all,
-# demo 512 tokens in 107 forwards verifying 1,655 rows, smollm2 295 in 151 verifying 872.
+# demo 512 tokens in 107 forwards verifying 1,655 rows, smollm2 295 in 135 verifying 797.
 MEASURED = {
     "demo": (
         Cost(128, 28, 346, 4288434149),
@@ -79,10 +79,10 @@ MEASURED = {
         Cost(128, 21, 364, 4062059764),
     ),
     "smollm2": (
-        Cost(24, 18, 97, 2618421159),
-        Cost(128, 42, 299, 1894420441),
-        Cost(56, 28, 152, 1269235017),
-        Cost(87, 63, 324, 638629348),
+        Cost(24, 19, 91, 2618421159),
+        Cost(128, 40, 300, 1894420441),
+        Cost(56, 22, 158, 1269235017),
+        Cost(87, 54, 248, 638629348),
     ),
 }
 MEASURED_CLASS = "x86-64 with AVX2, without AVX-512"
