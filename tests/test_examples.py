@@ -1,7 +1,8 @@
 """The page's examples say what their race shows, and a race on their pair (float32, greedy, the
 example's own length, a cold pool, as a visitor's first race) shows it: where most of Ouroboros's
 drafted tokens came from and how large a share (one source, or several each with a fair share), and
-its tokens per target forward. The tiny embedded pair's examples continue code (examples.json); the
+its tokens per target forward (at least a figure, or at most one where the label says the gain is
+little). The tiny embedded pair's examples continue code (examples.json); the
 default pair's answer requests (examples-chat.json)."""
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def test_each_example_label_holds_for_its_race(raced, pair, index):
         assert NAMES[source] in example["label"], shown
     if "tokens_per_forward" in claim:
         assert lane.stats.tokens_per_forward >= claim["tokens_per_forward"], shown
+    if "small_gain" in claim:  # the example that shows where Ouroboros gains little says so
+        assert lane.stats.tokens_per_forward <= claim["small_gain"], shown
+        assert "little" in example["label"], shown
 
 
 @pytest.mark.parametrize("index", range(len(examples("smollm2"))))
