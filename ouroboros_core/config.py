@@ -8,6 +8,7 @@ explanation. The CLI's flags, the page's sliders and every request's checks read
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, fields
 
 METHODS = ("vanilla", "speculative", "ouroboros")
@@ -18,14 +19,14 @@ class ConfigError(ValueError):
 
 
 def check_int(name: str, value, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ConfigError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
     if not low <= value <= high:
         raise ConfigError(f"{name} must be from {low} to {high}, got {value}")
 
 
 def check_float(name: str, value, low: float, high: float, *, low_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ConfigError(f"{name} must be a number from {low} to {high}, got {value!r}")
     if value > high or value < low or (low_open and value == low):
         allowed = f"above {low} and at most {high}" if low_open else f"from {low} to {high}"
@@ -110,8 +111,13 @@ def knobs(config_type) -> dict[str, Knob]:
 
 
 def check_knobs(config) -> None:
+    """Check every knob of a frozen config; a number of another numeric type (numpy's, say) is kept
+    as the knob's own int or float, so that the config compares, hashes and prints as usual."""
     for name, setting in knobs(type(config)).items():
-        setting.check(getattr(config, name))
+        value = getattr(config, name)
+        setting.check(value)
+        if setting.kind in (int, float) and value is not None and type(value) is not setting.kind:
+            object.__setattr__(config, name, setting.kind(value))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ def ignore(stage: LoadStage) -> None:
 
 
 def size_text(size: int) -> str:
-    if size >= 2**30:
-        return f"{size / 2**30:.1f} GiB"
-    return f"{size / 2**20:.0f} MiB" if size >= 2**20 else f"{size / 2**10:.0f} KiB"
+    for unit, scale in (("KiB", 2**10), ("MiB", 2**20)):
+        if round(size / scale) < 1024:  # the unit whose rounded figure stays under 1024
+            return f"{size / scale:.0f} {unit}"
+    return f"{size / 2**30:.1f} GiB"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,4 +38,17 @@ class Preset:
 
 def presets() -> dict[str, Preset]:
     data = json.loads(PRESETS_FILE.read_text())
-    return {name: Preset(name=name, **entry) for name, entry in data.items()}
+    return {name: read_preset(name, entry) for name, entry in data.items()}
+
+
+def read_preset(name: str, entry: dict) -> Preset:
+    """One entry of presets.json; a missing or unknown field is refused naming the preset, the
+    file, the field and the fields a preset takes."""
+    try:
+        return Preset(name=name, **entry)
+    except TypeError as error:
+        fields = ", ".join(f.name for f in dataclasses.fields(Preset) if f.name != "name")
+        raise TypeError(
+            f"preset {name!r} in {PRESETS_FILE}: {str(error).removeprefix('Preset.__init__() ')}"
+            f" (a preset's fields: {fields})"
+        ) from error

@@ -12,6 +12,7 @@ the lanes show is always the loaded target's own output.
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import importlib.util
 import json
@@ -60,7 +61,9 @@ def converted_folder(source: PackagedGguf, stage) -> Path:
 
     stage(text, done, total) reports each step of a conversion. The conversion is written to a
     temporary folder beside the cache entry and renamed into place when complete, so an interrupted
-    one leaves nothing half-made.
+    one leaves nothing half-made; the work folders of conversions killed outright (their process
+    gone) are removed by the next one. Where another process finished the same conversion first,
+    its folder is kept and this one's work dropped.
     """
     gguf = source.path()
     assert gguf is not None, f"{source.package} is not installed"
@@ -71,7 +74,9 @@ def converted_folder(source: PackagedGguf, stage) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    for stale in abandoned_work(folder):
+        shutil.rmtree(stale, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{folder.name}.{os.getpid()}.", dir=folder.parent))
     try:
         stage(f"Converting {source.file}'s tokenizer (first start only)", 0, 3)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -92,9 +97,32 @@ def converted_folder(source: PackagedGguf, stage) -> Path:
             )
             + "\n"
         )
+        if (folder / CONVERTED).is_file():  # another process finished first: keep its folder
+            return folder
         if folder.exists():  # an interrupted conversion's leftovers (no CONVERTED in it)
             shutil.rmtree(folder)
         work.rename(folder)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return folder
+
+
+def abandoned_work(folder: Path) -> list[Path]:
+    """Work folders beside `folder` (named folder.PID.random) whose conversion's process is gone."""
+    gone = []
+    for path in folder.parent.glob(glob.escape(folder.name) + ".*"):
+        base, _, rest = path.name.rpartition(".")
+        base, _, pid = base.rpartition(".")
+        if base == folder.name and pid.isdigit() and path.is_dir() and not process_alive(int(pid)):
+            gone.append(path)
+    return gone
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True

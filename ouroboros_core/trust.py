@@ -12,7 +12,9 @@ class LookupTrust:
 
     A copy after one matching token is rarely right for long; after four, it often runs to the end
     (docs/BENCHMARKS.md, "Sampled: rows where they stand"). Each request learns its own rates,
-    starting from the prior fitted.TRUST_PRIOR until the verdicts say otherwise.
+    starting from the prior fitted.TRUST_PRIOR until the verdicts say otherwise. The last row holds
+    every copy that matched `longest` tokens or more, so a proposer keyed on longer matches (stored
+    walks) shares it rather than needing a row of its own.
     """
 
     def __init__(self, longest: int, length: int):
@@ -22,7 +24,8 @@ class LookupTrust:
     def length(self, matched: int, reach: float, most: int, above: float) -> int:
         """How many of a copy's tokens have a chance above `above` of standing, where the copy is
         reached with chance `reach` (at most `most`)."""
-        chance, kept, reached = reach, self.kept[matched], self.reached[matched]
+        row = self.row(matched)
+        chance, kept, reached = reach, self.kept[row], self.reached[row]
         for depth in range(most):
             chance *= (kept[depth] + TRUST_PRIOR[0]) / (reached[depth] + TRUST_PRIOR[1])
             if chance <= above:
@@ -31,6 +34,13 @@ class LookupTrust:
 
     def observe(self, matched: int, length: int, accepted: int) -> None:
         """A copy of `length` tokens was reached and its first `accepted` tokens stood."""
+        row = self.row(matched)
         for depth in range(min(accepted + 1, length)):
-            self.reached[matched][depth] += 1
-            self.kept[matched][depth] += depth < accepted
+            self.reached[row][depth] += 1
+            self.kept[row][depth] += depth < accepted
+
+    def row(self, matched: int) -> int:
+        """The row of a copy that matched `matched` tokens: that length, or the longest row."""
+        if matched < 0:
+            raise ValueError(f"a copy matched {matched} tokens: a match is 0 tokens or more")
+        return min(matched, len(self.kept) - 1)

@@ -126,6 +126,19 @@ def test_a_whole_number_is_a_fine_value_for_a_float_knob_but_not_the_reverse():
     assert SamplingConfig(temperature=1).temperature == 1
     assert OuroborosConfig(extend_above=1).extend_above == 1
     assert "whole number" in refusal(OuroborosConfig, window=1.0)
+    assert type(SamplingConfig(temperature=1).temperature) is float  # kept as the knob's kind
+
+
+def test_numpy_numbers_are_taken_and_kept_as_the_knobs_own_int_or_float():
+    import numpy as np
+
+    config = OuroborosConfig(window=np.int64(3), extend_above=np.float32(0.5))
+    assert (type(config.window), type(config.extend_above)) == (int, float)
+    assert config == OuroborosConfig(window=3, extend_above=0.5)
+    seeded = SamplingConfig(temperature=np.float64(0.7), seed=np.int32(7))
+    assert (type(seeded.seed), seeded.seed, seeded.temperature) == (int, 7, 0.7)
+    assert "whole number" in refusal(OuroborosConfig, window=np.float64(3.0))
+    assert "must be from" in refusal(OuroborosConfig, window=np.int64(10**6))
 
 
 def test_the_sampling_defaults_are_greedy_and_unseeded_with_the_whole_nucleus():

@@ -18,14 +18,16 @@ def test_sizes_under_a_mebibyte_read_in_whole_kibibytes():
     assert size_text(KIB) == "1 KiB"
     assert size_text(700 * KIB) == "700 KiB"
     assert size_text(1023) == "1 KiB"  # rounded, not cut
-    assert size_text(MIB - 1) == "1024 KiB"  # the last byte before the next unit
+    assert size_text(MIB - 1) == "1 MiB"  # rounds up to the next unit, never "1024 KiB"
+    assert size_text(MIB - 513) == "1023 KiB"
 
 
 def test_sizes_from_a_mebibyte_read_in_whole_mebibytes():
     assert size_text(MIB) == "1 MiB"
     assert size_text(515 * MIB + 300 * KIB) == "515 MiB"
     assert size_text(515 * MIB + 700 * KIB) == "516 MiB"
-    assert size_text(GIB - 1) == "1024 MiB"
+    assert size_text(GIB - 1) == "1.0 GiB"
+    assert size_text(GIB - MIB) == "1023 MiB"
 
 
 def test_sizes_from_a_gibibyte_read_in_gibibytes_with_one_decimal():

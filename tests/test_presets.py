@@ -117,11 +117,15 @@ def test_an_entry_with_a_missing_or_unknown_field_is_refused_naming_the_field(
 ):
     missing = {k: v for k, v in REQUIRED.items() if k != "description"}
     write_presets(monkeypatch, tmp_path, {"short": missing})
-    with pytest.raises(TypeError, match="missing 1 required .*'description'"):
+    with pytest.raises(TypeError, match="missing 1 required .*'description'") as refused:
         presets()
+    assert f"preset 'short' in {presets_module.PRESETS_FILE}" in str(refused.value)
     write_presets(monkeypatch, tmp_path, {"typo": {**REQUIRED, "chta": False}})
-    with pytest.raises(TypeError, match="unexpected keyword argument 'chta'"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'chta'") as refused:
         presets()
+    assert "preset 'typo'" in str(refused.value) and "fields: target, draft, chat," in str(
+        refused.value
+    )
     write_presets(monkeypatch, tmp_path, {"named": {**REQUIRED, "name": "other"}})
     with pytest.raises(TypeError, match="multiple values for keyword argument 'name'"):
         presets()  # the key names the preset: an entry cannot rename itself

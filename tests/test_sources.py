@@ -215,3 +215,50 @@ def test_the_smollm2_preset_points_at_the_gguf_file_the_installed_wheel_ships():
     assert path is not None and path.is_file() and path.suffix == ".gguf"
     shipped = importlib.metadata.distribution(source.package).files
     assert any(file.locate() == path for file in shipped)
+
+
+def dead_pid() -> int:
+    """A process id no process has: a child that has ended and been reaped."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_conversion_killed_outright_has_its_work_folder_removed_by_the_next_one(
+    site, cache, reads
+):
+    import os
+
+    name = f"{PACKAGE}-1.2.3-tiny.Q4_1"
+    cache.mkdir()
+    killed = cache / f"{name}.{dead_pid()}.abc123"  # what mkdtemp named a killed conversion's work
+    running = cache / f"{name}.{os.getpid()}.def456"  # a conversion still under way
+    other = cache / f"{PACKAGE}-1.2.3-other.{dead_pid()}.ghi789"  # another file's: not ours
+    for path in (killed, running, other):
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"half")
+    folder, stages = stages_of()
+    assert len(stages) == 3 and (folder / CONVERTED).is_file()
+    assert not killed.exists() and running.is_dir() and other.is_dir()
+    assert sorted(p.name for p in cache.iterdir()) == sorted([name, running.name, other.name])
+
+
+def test_a_conversion_another_process_finished_first_is_kept_and_this_ones_work_dropped(
+    site, cache, reads, monkeypatch
+):
+    first = {}
+
+    def finish_meanwhile(self, folder):
+        """The model's save, with another process's finished conversion appearing during it."""
+        done = cache / f"{PACKAGE}-1.2.3-tiny.Q4_1"
+        done.mkdir(parents=True, exist_ok=True)
+        (done / CONVERTED).write_text('{"by": "the other process"}')
+        first["work"] = Path(folder)
+        (Path(folder) / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "save_pretrained", finish_meanwhile)
+    folder, stages = stages_of()
+    assert json.loads((folder / CONVERTED).read_text()) == {"by": "the other process"}
+    assert not first["work"].exists() and list(cache.iterdir()) == [folder]

@@ -17,8 +17,14 @@ def test_the_counts_hold_one_row_per_matched_length_up_to_the_longest_and_start_
     trust.observe(0, 5, 5)  # and so is row 0 (the pool phrases' one row)
     # the rows are separate lists: a verdict on one row leaves the others alone
     assert trust.reached[1] == [0] * 5 and trust.reached[2] == [0] * 5
-    with pytest.raises(IndexError):
-        trust.observe(4, 5, 5)
+    trust.observe(6, 5, 1)  # a longer match counts on the longest row
+    assert trust.reached[3] == [2, 2, 1, 1, 1] and trust.kept[3] == [2, 1, 1, 1, 1]
+    assert trust.row(9) == 3 and trust.row(2) == 2
+    assert (
+        trust.length(9, 1.0, 5, 0.9) == trust.length(3, 1.0, 5, 0.9) != trust.length(2, 1.0, 5, 0.9)
+    )
+    with pytest.raises(ValueError, match="matched -1 tokens"):
+        trust.observe(-1, 5, 5)
 
 
 def test_a_verdict_counts_every_token_up_to_the_first_rejected_as_reached():
