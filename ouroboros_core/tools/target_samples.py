@@ -89,16 +89,22 @@ def sample_batch(
     return [(len(ids), ids + answers[row]) for row, ids in enumerate(encoded)]
 
 
-def next_tokens(logits, temperature: float):
-    """Each row's next token: its best, or a draw at `temperature` from its TOP_P nucleus."""
+def next_tokens(logits, temperature: float, top: int = 256):
+    """Each row's next token: its best, or a draw at `temperature` from its TOP_P nucleus. The
+    nucleus is read from the `top` likeliest tokens where they hold it (sorting the whole
+    vocabulary for every row took a third of a sampled batch's time), else from all of them."""
     import torch
 
     from ouroboros_core.sampling import nucleus
 
     if not temperature:
         return logits.argmax(-1)
-    probs = nucleus(torch.softmax(logits / temperature, dim=-1), TOP_P)
-    return torch.multinomial(probs, 1).squeeze(-1)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    best, ids = probs.topk(min(top, probs.shape[-1]), dim=-1)
+    if bool((best.sum(-1) >= TOP_P).all()):
+        kept = best.masked_fill(best.cumsum(-1) - best >= TOP_P, 0.0)
+        return ids.gather(-1, torch.multinomial(kept, 1)).squeeze(-1)
+    return torch.multinomial(nucleus(probs, TOP_P), 1).squeeze(-1)
 
 
 def write_samples(
