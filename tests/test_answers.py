@@ -81,6 +81,33 @@ def test_train_draft_stores_each_answer_after_its_requests_last_tokens(tmp_path)
     assert write_answers(rows, tmp_path) == 14
     store = read_store(tmp_path / ANSWERS_FILE, vocab_size=10)
     assert store.walk([0, 6, 7, 8, 9], 3) == ([1, 2, 3], 4)  # the chat turn's marks key the start
+    # going on from that draft over the same samples and one more: only the new answer is added
+    more = rows + [{"ids": [3, 6, 7, 8, 9, 2, 2], "prompt_tokens": 5}]
+    again = tmp_path / "again"
+    again.mkdir()
+    assert write_answers(more, again, start=str(tmp_path)) == 14 + 6
+    assert read_store(again / ANSWERS_FILE, vocab_size=10).answers == 3
+
+
+def test_going_on_with_the_store_learns_a_stored_answer_the_samples_hold_once(tmp_path):
+    from ouroboros_core.tools.train_draft import DraftTraining, training_rows, write_answers
+
+    old = {"ids": [5, 6, 7, 8, 9, 1, 2, 3], "prompt_tokens": 5, "temperature": 0.0}
+    code = {"ids": [4, 6, 7, 8, 9, 4, 4], "prompt_tokens": 5, "temperature": 0.0}
+    new = {"ids": [3, 6, 7, 8, 9, 2, 2], "prompt_tokens": 5, "temperature": 0.0}
+    start = tmp_path / "start"
+    start.mkdir()
+    write_answers([old, code], start)
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in (old, new)))
+    cfg = DraftTraining(start=str(start), with_store=True)
+    rows = training_rows(cfg, [samples])
+    # the old answer once, with its whole request; the stored code answer after its last tokens
+    assert [row["ids"] for row in rows] == [old["ids"], new["ids"], [6, 7, 8, 9, 4, 4]]
+    assert [row["ids"] for row in training_rows(DraftTraining(), [samples])] == [
+        old["ids"],
+        new["ids"],
+    ]
 
 
 def test_train_draft_answers_only_stores_every_samples_file_and_trains_nothing(tmp_path, capsys):

@@ -102,13 +102,17 @@ def write_answers(rows: list[dict], out: Path, start: str = "") -> int:
     """The target's answers the draft learned from, as the store lookup walks (answers.py): each
     answer after the last tokens of its request (the chat template's turn marks, which its first
     tokens follow), after the store of the draft training went on from. Returns their tokens."""
-    from ouroboros_core.answers import ANSWERS_FILE, ORDERS
+    from ouroboros_core.answers import ANSWERS_FILE
 
     earlier = Path(start) / ANSWERS_FILE if start else None
     answers = json.loads(earlier.read_text())["answers"] if earlier and earlier.is_file() else []
-    # rows read back from a store are in it already
+    # rows read back from a store are in it already, and so are the answers a draft trained on
+    # before (training goes on over all the samples, old and new)
+    known = set(map(tuple, answers))
     answers += [
-        row["ids"][row["prompt_tokens"] - ORDERS[0] :] for row in rows if not row.get("stored")
+        answer
+        for answer in (stored_form(row) for row in rows if not row.get("stored"))
+        if tuple(answer) not in known
     ]
     about = (
         "The target's answers to the draft's training requests (ouroboros_core/tools/"
@@ -118,6 +122,13 @@ def write_answers(rows: list[dict], out: Path, start: str = "") -> int:
     text = json.dumps({"about": about, "answers": answers}, separators=(",", ":"))
     (out / ANSWERS_FILE).write_text(text + "\n")
     return sum(map(len, answers))
+
+
+def stored_form(row: dict) -> list[int]:
+    """A row's answer as the store holds it: after the last tokens of its request."""
+    from ouroboros_core.answers import ORDERS
+
+    return row["ids"][row["prompt_tokens"] - ORDERS[0] :]
 
 
 def store_rows(folder: Path) -> list[dict]:
@@ -131,6 +142,16 @@ def store_rows(folder: Path) -> list[dict]:
         {"id": f"stored:{i}", "ids": ids, "prompt_tokens": ORDERS[0], "stored": True}
         for i, ids in enumerate(answers)
     ]
+
+
+def training_rows(cfg: DraftTraining, samples: list[Path]) -> list[dict]:
+    """The samples' rows and, with cfg.with_store, the stored answers of the draft training goes
+    on from, less those the samples hold whole (learned there with their request)."""
+    rows = load_rows(samples)
+    if cfg.with_store and cfg.start:
+        sampled = {tuple(stored_form(row)) for row in rows}
+        rows += [row for row in store_rows(Path(cfg.start)) if tuple(row["ids"]) not in sampled]
+    return rows
 
 
 def first_draft(cfg: DraftTraining, target):
@@ -161,9 +182,7 @@ def prepare(cfg: DraftTraining, samples: list[Path], heldout: Path, log):
 
     target, tokenizer = load_target_of(cfg.preset, log)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    rows, held = load_rows(samples), load_rows([heldout])
-    if cfg.with_store and cfg.start:
-        rows += store_rows(Path(cfg.start))
+    rows, held = training_rows(cfg, samples), load_rows([heldout])
     if cfg.teacher_k:
         teacher_targets(target, rows, pad, cfg.teacher_k, cfg.batch_tokens, log)
     draft = first_draft(cfg, target)
