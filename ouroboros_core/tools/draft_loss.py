@@ -168,3 +168,17 @@ def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int, head: Head) -
         "positions": total,
         "by_kind": {kind: round(hit / max(1, n), 4) for kind, (hit, n) in sorted(kinds.items())},
     }
+
+
+def train_step(draft, batch, pad: int, head: Head, opt, lr: float) -> tuple[float, int, int]:
+    """One optimiser step on one batch at learning rate lr: (loss, hits, positions)."""
+    import torch
+
+    for group in opt.param_groups:
+        group["lr"] = lr
+    loss, hits, count, _ = answer_loss(draft, batch, pad, head)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for p in draft.parameters() if p.requires_grad], 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item(), hits, count

@@ -22,6 +22,7 @@ read as int8 by the engine's lean forward.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -30,7 +31,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .draft_loss import Head, answer_loss, batches, evaluate, kind_of, load_rows, teacher_targets
+from .draft_loss import Head, batches, evaluate, kind_of, load_rows, teacher_targets
+from .draft_loss import train_step
+from .train_checkpoint import Checkpoint, fingerprint
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class DraftTraining:
     # learn that draft's stored answers again too (its earlier requests' answers, so a new kind of
     # request does not wash out what it knew)
     with_store: bool = False
+    checkpoint_every: int = 20  # steps between checkpoints (0: none)
 
 
 def cut_target(target, layers: int):
@@ -198,49 +202,66 @@ def prepare(cfg: DraftTraining, samples: list[Path], heldout: Path, log):
     return draft, tokenizer, pad, rows, held, vocabulary(rows, draft.config.vocab_size, cfg.start)
 
 
-def run_steps(draft, rows, held, pad: int, cfg: DraftTraining, steps: int, head: Head, rng, log):
+def run_steps(
+    draft,
+    rows,
+    held,
+    pad: int,
+    cfg: DraftTraining,
+    steps: int,
+    head: Head,
+    rng,
+    log,
+    checkpoint: Checkpoint,
+):
     """The training steps: the loss every ten steps (history) and the agreement with the target's
-    greedy held-out answers every cfg.eval_every (the curve, from the draft as it began)."""
+    greedy held-out answers every cfg.eval_every (the curve, from the draft as it began). With
+    cfg.checkpoint_every, `checkpoint` lets a stopped run go on."""
     import torch
 
     greedy_held = [row for row in held if row["temperature"] == 0]
+    score = functools.partial(evaluate, draft, greedy_held, pad, cfg.batch_tokens, head)
     trained = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     started = time.perf_counter()
-    curve = [{"step": 0, **evaluate(draft, greedy_held, pad, cfg.batch_tokens, head)}]
-    log(json.dumps(curve[-1]))
-    history, step, queue = [], 0, []
+    step, history, curve, queue, order = begin(checkpoint.load(draft, opt), rows, cfg, rng, score)
+    log(f"going on from step {step} of {steps}" if step else json.dumps(curve[-1]))
     draft.train()
     while step < steps:
         if not queue:
+            order = rng.getstate()
             queue = batches(rows, cfg.batch_tokens, rng)
-        batch = queue.pop()
-        lr = lr_at(step, steps, cfg)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        loss, hits, count, _ = answer_loss(draft, batch, pad, head)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trained, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss, hits, count = train_step(draft, queue.pop(), pad, head, opt, lr_at(step, steps, cfg))
         step += 1
         if step % 10 == 0 or step == steps:
             history.append(
                 {
                     "step": step,
-                    "loss": round(loss.item(), 4),
+                    "loss": round(loss, 4),
                     "agreement": round(hits / count, 4),
-                    "lr": lr,
+                    "lr": lr_at(step - 1, steps, cfg),
                     "elapsed_s": round(time.perf_counter() - started, 1),
                 }
             )
             log(json.dumps(history[-1]))
         if step % cfg.eval_every == 0 or step == steps:
-            curve.append(
-                {"step": step, **evaluate(draft, greedy_held, pad, cfg.batch_tokens, head)}
-            )
+            curve.append({"step": step, **score()})
             log(json.dumps(curve[-1]))
+        if checkpoint.due(step) and step < steps:
+            state = {"step": step, "history": history, "curve": curve, "rng": order}
+            checkpoint.save(draft, opt, {**state, "left": len(queue)})
     return history, curve
+
+
+def begin(saved: dict | None, rows: list[dict], cfg: DraftTraining, rng, first_score):
+    """(step, history, curve, the epoch's batches left, the rng's state they were drawn at): a
+    checkpoint's, with the rng set to draw the rest as the stopped run would, else a fresh start
+    scored once (first_score)."""
+    if not saved:
+        return 0, [], [{"step": 0, **first_score()}], [], None
+    rng.setstate(saved["rng"])
+    queue = batches(rows, cfg.batch_tokens, rng)[: saved["left"]]
+    return saved["step"], saved["history"], saved["curve"], queue, saved["rng"]
 
 
 def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log=print) -> dict:
@@ -253,7 +274,8 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
     steps = max(1, round(cfg.epochs * per_epoch))
     started = time.perf_counter()
     head = Head.of(draft, ids)
-    history, curve = run_steps(draft, rows, held, pad, cfg, steps, head, rng, log)
+    checkpoint = Checkpoint(out, cfg.checkpoint_every, fingerprint(cfg, rows))
+    history, curve = run_steps(draft, rows, held, pad, cfg, steps, head, rng, log, checkpoint)
     draft.eval()
     out.mkdir(parents=True, exist_ok=True)
     # 16-bit on disk keeps the repository small
@@ -280,6 +302,7 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
         # the training this one went on from, so the card can tell the whole story
         summary["started_from"] = json.loads(earlier.read_text())
     (out / "training.json").write_text(json.dumps(summary, indent=1) + "\n")
+    checkpoint.remove()
     return summary
 
 
@@ -320,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --start: learn that draft's stored answers (answers.json) again too",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=DraftTraining.checkpoint_every,
+        help="steps between checkpoints in --out (0: none); the same command run again goes on "
+        "from the last one",
+    )
     return parser
 
 
@@ -353,6 +383,7 @@ def main(argv=None) -> None:
         teacher_k=args.teacher_k,
         start=args.start,
         with_store=args.with_store,
+        checkpoint_every=args.checkpoint_every,
     )
     train(cfg, args.samples, args.heldout, args.out)
 

@@ -1,0 +1,116 @@
+"""train_draft's training on a tiny target: the draft it saves, and a run stopped part-way that the
+same command takes up from its checkpoint, ending with the very weights of a run never stopped; a
+checkpoint written for other rows is refused, and none is left once the draft is saved."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import ouroboros_core.tools.train_draft as train_draft
+from conftest import build_model
+from ouroboros_core.tools.train_checkpoint import CHECKPOINT
+from ouroboros_core.tools.train_draft import DraftTraining, train
+
+STEPS = 6
+
+
+def rows(count: int, seed: int, split: str) -> list[dict]:
+    rng = random.Random(seed)
+    return [
+        {
+            "id": f"{split}:writing:{i}",
+            "ids": [rng.randrange(3, 60) for _ in range(rng.randrange(10, 16))],
+            "prompt_tokens": 4,
+            "temperature": 0.0,
+        }
+        for i in range(count)
+    ]
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch, eos_id, tokenizer):
+    """Samples and held-out files, and the preset's target stood in for by a tiny llama."""
+    target = build_model("llama", eos_id, seed=7, layers=3)
+    monkeypatch.setattr(
+        "ouroboros_core.models.load_target_of", lambda preset, log: (target, tokenizer)
+    )
+    samples, heldout = tmp_path / "samples.jsonl", tmp_path / "heldout.jsonl"
+    for path, made in ((samples, rows(24, 1, "train")), (heldout, rows(4, 2, "heldout"))):
+        path.write_text("".join(json.dumps(row) + "\n" for row in made))
+    return tmp_path, samples, heldout
+
+
+def cfg(epochs: float) -> DraftTraining:
+    # batches of 64 padded tokens: 24 rows of 10-15 tokens make 6 batches an epoch
+    return DraftTraining(
+        layers=1,
+        epochs=epochs,
+        lr=3e-3,
+        warmup=2,
+        eval_every=2,
+        batch_tokens=64,
+        checkpoint_every=2,
+    )
+
+
+def weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def test_a_stopped_training_goes_on_from_its_checkpoint_to_the_same_draft(setup, monkeypatch):
+    tmp, samples, heldout = setup
+    whole = train(cfg(2), [samples], heldout, tmp / "whole", log=lambda *a: None)
+    assert whole["steps"] == 2 * STEPS and not (tmp / "whole" / CHECKPOINT).exists()
+
+    real_step, taken = train_draft.train_step, []
+
+    def stopped_after_seven(*args):
+        if len(taken) == 7:  # killed during step 8: steps 1-6 are in the checkpoint
+            raise KeyboardInterrupt
+        taken.append(1)
+        return real_step(*args)
+
+    monkeypatch.setattr(train_draft, "train_step", stopped_after_seven)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg(2), [samples], heldout, tmp / "again", log=lambda *a: None)
+    assert (tmp / "again" / CHECKPOINT).is_file()
+    assert torch.load(tmp / "again" / CHECKPOINT, weights_only=False)["step"] == 6
+    monkeypatch.setattr(train_draft, "train_step", real_step)
+    said = []
+    again = train(cfg(2), [samples], heldout, tmp / "again", log=said.append)
+    assert f"going on from step 6 of {2 * STEPS}" in said[1]
+    first, second = weights(tmp / "whole"), weights(tmp / "again")
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[name], second[name]) for name in first)
+    # the records of the steps before the stop are kept: the same history and curve as unbroken
+    strip = lambda record: {k: v for k, v in record.items() if k != "elapsed_s"}  # noqa: E731
+    assert [strip(r) for r in again["history"]] == [strip(r) for r in whole["history"]]
+    assert again["heldout_curve"] == whole["heldout_curve"]
+    assert not (tmp / "again" / CHECKPOINT).exists()
+
+
+def test_a_checkpoint_written_for_other_rows_is_refused_and_kept(setup, monkeypatch):
+    tmp, samples, heldout = setup
+    real_step, taken = train_draft.train_step, []
+
+    def stopped(*args):
+        if len(taken) == 3:
+            raise KeyboardInterrupt
+        taken.append(1)
+        return real_step(*args)
+
+    monkeypatch.setattr(train_draft, "train_step", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg(1), [samples], heldout, tmp / "out", log=lambda *a: None)
+    monkeypatch.setattr(train_draft, "train_step", real_step)
+    samples.write_text(samples.read_text() + json.dumps(rows(1, 9, "train")[0]) + "\n")
+    with pytest.raises(SystemExit, match="other settings or other rows"):
+        train(cfg(1), [samples], heldout, tmp / "out", log=lambda *a: None)
+    assert (tmp / "out" / CHECKPOINT).is_file()
