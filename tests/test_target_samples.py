@@ -40,7 +40,7 @@ def test_greedy_picks_each_rows_best():
     assert next_tokens(logits, 0.0).tolist() == [1, 0]
 
 
-@pytest.mark.parametrize("top", [256, 2])  # the nucleus inside the top tokens, and the fallback
+@pytest.mark.parametrize("top", [256, 2])  # the nucleus inside the top tokens, and past them
 def test_a_sampled_token_is_a_draw_from_the_nucleus_at_the_temperature(top):
     logits = torch.tensor([[4.0, 3.0, 2.5, 1.0, 0.5, -2.0] + [-9.0] * 300])
     temperature = 0.8
@@ -52,3 +52,12 @@ def test_a_sampled_token_is_a_draw_from_the_nucleus_at_the_temperature(top):
     counts = torch.bincount(draws, minlength=logits.shape[-1]).float() / len(draws)
     assert counts[wanted == 0].sum() == 0  # never outside the nucleus
     assert torch.allclose(counts, wanted, atol=0.015)
+
+
+def test_each_row_draws_from_its_own_nucleus_when_only_some_reach_past_their_top_tokens():
+    peaked = [6.0, 1.0] + [-9.0] * 40  # nucleus: one token, inside top=2
+    flat = [0.0] * 42  # nucleus: 40 of the 42 tokens, past top=2
+    torch.manual_seed(1)
+    draws = next_tokens(torch.tensor([peaked, flat]).repeat(3000, 1), 1.0, top=2).view(-1, 2)
+    assert (draws[:, 0] == 0).all()
+    assert len(draws[:, 1].unique()) == 40  # the flat row reaches its whole nucleus
