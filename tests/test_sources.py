@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import transformers
 
 from ouroboros_core.presets import presets
 from ouroboros_core.sources import CONVERTED, PackagedGguf, cache_root, converted_folder
@@ -90,8 +89,10 @@ def reads(monkeypatch) -> Reads:
                 raise RuntimeError("interrupted")
             (Path(folder) / "config.json").write_text(json.dumps(vars(self.config)))
 
-    monkeypatch.setattr(transformers, "AutoTokenizer", Tokenizer)
-    monkeypatch.setattr(transformers, "AutoModelForCausalLM", Model)
+    # the module the code under test imports now (another test may have had it imported afresh)
+    loaded = sys.modules["transformers"]
+    monkeypatch.setattr(loaded, "AutoTokenizer", Tokenizer)
+    monkeypatch.setattr(loaded, "AutoModelForCausalLM", Model)
     return calls
 
 
@@ -217,32 +218,31 @@ def test_the_smollm2_preset_points_at_the_gguf_file_the_installed_wheel_ships():
     assert any(file.locate() == path for file in shipped)
 
 
-def dead_pid() -> int:
-    """A process id no process has: a child that has ended and been reaped."""
-    import subprocess
-
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
-
-
 def test_a_conversion_killed_outright_has_its_work_folder_removed_by_the_next_one(
     site, cache, reads
 ):
-    import os
+    import fcntl
+
+    from ouroboros_core.sources import LOCK
 
     name = f"{PACKAGE}-1.2.3-tiny.Q4_1"
     cache.mkdir()
-    killed = cache / f"{name}.{dead_pid()}.abc123"  # what mkdtemp named a killed conversion's work
-    running = cache / f"{name}.{os.getpid()}.def456"  # a conversion still under way
-    other = cache / f"{PACKAGE}-1.2.3-other.{dead_pid()}.ghi789"  # another file's: not ours
-    for path in (killed, running, other):
+    killed = cache / f"{name}.abc123"  # its lock file is there and nobody holds it
+    running = cache / f"{name}.def456"  # its conversion holds its lock
+    starting = cache / f"{name}.jkl012"  # made a moment ago: no lock file yet
+    other = cache / f"{PACKAGE}-1.2.3-other.ghi789"  # another file's
+    for path in (killed, running, starting, other):
         path.mkdir()
         (path / "model.safetensors").write_bytes(b"half")
-    folder, stages = stages_of()
-    assert len(stages) == 3 and (folder / CONVERTED).is_file()
-    assert not killed.exists() and running.is_dir() and other.is_dir()
-    assert sorted(p.name for p in cache.iterdir()) == sorted([name, running.name, other.name])
+    for path in (killed, running, other):
+        (path / LOCK).write_bytes(b"")
+    with open(running / LOCK, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        folder, stages = stages_of()
+    assert len(stages) == 3 and (folder / CONVERTED).is_file() and not (folder / LOCK).exists()
+    assert not killed.exists() and running.is_dir() and starting.is_dir() and other.is_dir()
+    names = [name, running.name, starting.name, other.name]
+    assert sorted(p.name for p in cache.iterdir()) == sorted(names)
 
 
 def test_a_conversion_another_process_finished_first_is_kept_and_this_ones_work_dropped(
@@ -258,7 +258,27 @@ def test_a_conversion_another_process_finished_first_is_kept_and_this_ones_work_
         first["work"] = Path(folder)
         (Path(folder) / "model.safetensors").write_bytes(b"weights")
 
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "save_pretrained", finish_meanwhile)
+    monkeypatch.setattr(
+        sys.modules["transformers"].AutoModelForCausalLM, "save_pretrained", finish_meanwhile
+    )
     folder, stages = stages_of()
     assert json.loads((folder / CONVERTED).read_text()) == {"by": "the other process"}
     assert not first["work"].exists() and list(cache.iterdir()) == [folder]
+
+
+def test_a_conversion_whose_rename_loses_to_another_process_keeps_the_others_folder(
+    site, cache, reads, monkeypatch
+):
+    real_rename = Path.rename
+
+    def lose(self, target):
+        """Another process renames its finished work into place just before this one does."""
+        Path(target).mkdir(parents=True)
+        (Path(target) / "config.json").write_text("{}")
+        (Path(target) / CONVERTED).write_text('{"by": "the other process"}')
+        return real_rename(self, target)  # fails: the folder is there and not empty
+
+    monkeypatch.setattr(Path, "rename", lose)
+    folder, _ = stages_of()
+    assert json.loads((folder / CONVERTED).read_text()) == {"by": "the other process"}
+    assert list(cache.iterdir()) == [folder]

@@ -92,11 +92,14 @@ def test_a_stopped_training_goes_on_from_its_checkpoint_to_the_same_draft(setup,
     # the records of the steps before the stop are kept: the same history and curve as unbroken
     strip = lambda record: {k: v for k, v in record.items() if k != "elapsed_s"}  # noqa: E731
     assert [strip(r) for r in again["history"]] == [strip(r) for r in whole["history"]]
+    elapsed = [record["elapsed_s"] for record in again["history"]]
+    assert elapsed == sorted(elapsed) and again["wall_s"] >= elapsed[-1]  # counted across the stop
     assert again["heldout_curve"] == whole["heldout_curve"]
     assert not (tmp / "again" / CHECKPOINT).exists()
 
 
 def test_a_checkpoint_written_for_other_rows_is_refused_and_kept(setup, monkeypatch):
+    """Other training rows; other held-out rows (they score the curve it carries) likewise."""
     tmp, samples, heldout = setup
     real_step, taken = train_draft.train_step, []
 
@@ -114,3 +117,7 @@ def test_a_checkpoint_written_for_other_rows_is_refused_and_kept(setup, monkeypa
     with pytest.raises(SystemExit, match="other settings or other rows"):
         train(cfg(1), [samples], heldout, tmp / "out", log=lambda *a: None)
     assert (tmp / "out" / CHECKPOINT).is_file()
+    samples.write_text("".join(samples.read_text().splitlines(keepends=True)[:-1]))
+    heldout.write_text(heldout.read_text() + json.dumps(rows(1, 8, "heldout")[0]) + "\n")
+    with pytest.raises(SystemExit, match="other settings or other rows"):
+        train(cfg(1), [samples], heldout, tmp / "out", log=lambda *a: None)

@@ -103,7 +103,7 @@ def next_tokens(logits, temperature: float, top: int = 1024):
     best, ids = probs.topk(min(top, probs.shape[-1]), dim=-1)
     kept = best.masked_fill(best.cumsum(-1) - best >= TOP_P, 0.0)
     chosen = ids.gather(-1, torch.multinomial(kept, 1)).squeeze(-1)
-    wide = best.sum(-1) < TOP_P  # rows whose nucleus reaches past their top tokens
+    wide = best.cumsum(-1)[:, -1] < TOP_P  # rows whose nucleus reaches past their top tokens
     if wide.any():
         chosen[wide] = torch.multinomial(nucleus(probs[wide], TOP_P), 1).squeeze(-1)
     return chosen

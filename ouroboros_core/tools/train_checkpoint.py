@@ -4,7 +4,8 @@ Every few steps the trained weights, the optimiser's state, the step, the record
 the epoch's batch order stood are written to `checkpoint.pt` in the output folder (to a temporary
 file first, then renamed: a kill mid-write leaves the previous one). The same command run again
 goes on from it, provided the settings and the training rows are the ones it was written for;
-otherwise it says what differs and starts nothing. The file is removed once the draft is saved.
+otherwise it says so and starts nothing. A training with --teacher-k computes the target's chances
+again before going on (they are not kept). The file is removed once the draft is saved.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from pathlib import Path
 CHECKPOINT = "checkpoint.pt"
 
 
-def fingerprint(cfg, rows: list[dict]) -> str:
-    """What a checkpoint was written for: the settings and every training row's tokens."""
+def fingerprint(cfg, rows: list[dict], held: list[dict]) -> str:
+    """What a checkpoint was written for: the settings and every training and held-out row's
+    tokens (the held-out ones score the curve the checkpoint carries)."""
     settings = {k: v for k, v in asdict(cfg).items() if k != "checkpoint_every"}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for row in rows:
+    for row in rows + held:
         digest.update(json.dumps([row["prompt_tokens"], row["ids"]]).encode())
     return digest.hexdigest()
 

@@ -132,7 +132,7 @@ def stored_form(row: dict) -> list[int]:
     """A row's answer as the store holds it: after the last tokens of its request."""
     from ouroboros_core.answers import ORDERS
 
-    return row["ids"][row["prompt_tokens"] - ORDERS[0] :]
+    return row["ids"][max(0, row["prompt_tokens"] - ORDERS[0]) :]
 
 
 def store_rows(folder: Path) -> list[dict]:
@@ -223,8 +223,9 @@ def run_steps(
     score = functools.partial(evaluate, draft, greedy_held, pad, cfg.batch_tokens, head)
     trained = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    started = time.perf_counter()
-    step, history, curve, queue, order = begin(checkpoint.load(draft, opt), rows, cfg, rng, score)
+    saved = checkpoint.load(draft, opt)
+    started = time.perf_counter() - (saved["elapsed_s"] if saved else 0.0)  # across stops
+    step, history, curve, queue, order = begin(saved, rows, cfg, rng, score)
     log(f"going on from step {step} of {steps}" if step else json.dumps(curve[-1]))
     draft.train()
     while step < steps:
@@ -234,23 +235,18 @@ def run_steps(
         loss, hits, count = train_step(draft, queue.pop(), pad, head, opt, lr_at(step, steps, cfg))
         step += 1
         if step % 10 == 0 or step == steps:
-            history.append(
-                {
-                    "step": step,
-                    "loss": round(loss, 4),
-                    "agreement": round(hits / count, 4),
-                    "lr": lr_at(step - 1, steps, cfg),
-                    "elapsed_s": round(time.perf_counter() - started, 1),
-                }
-            )
+            lr, elapsed = lr_at(step - 1, steps, cfg), round(time.perf_counter() - started, 1)
+            history.append(dict(step=step, loss=round(loss, 4), lr=lr, elapsed_s=elapsed))
+            history[-1]["agreement"] = round(hits / count, 4)
             log(json.dumps(history[-1]))
         if step % cfg.eval_every == 0 or step == steps:
             curve.append({"step": step, **score()})
             log(json.dumps(curve[-1]))
         if checkpoint.due(step) and step < steps:
             state = {"step": step, "history": history, "curve": curve, "rng": order}
-            checkpoint.save(draft, opt, {**state, "left": len(queue)})
-    return history, curve
+            elapsed = time.perf_counter() - started
+            checkpoint.save(draft, opt, {**state, "left": len(queue), "elapsed_s": elapsed})
+    return history, curve, time.perf_counter() - started
 
 
 def begin(saved: dict | None, rows: list[dict], cfg: DraftTraining, rng, first_score):
@@ -272,11 +268,13 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
     draft, tokenizer, pad, rows, held, ids = prepare(cfg, samples, heldout, log)
     per_epoch = len(batches(rows, cfg.batch_tokens, rng))
     steps = max(1, round(cfg.epochs * per_epoch))
-    started = time.perf_counter()
     head = Head.of(draft, ids)
-    checkpoint = Checkpoint(out, cfg.checkpoint_every, fingerprint(cfg, rows))
-    history, curve = run_steps(draft, rows, held, pad, cfg, steps, head, rng, log, checkpoint)
+    checkpoint = Checkpoint(out, cfg.checkpoint_every, fingerprint(cfg, rows, held))
+    history, curve, trained_s = run_steps(
+        draft, rows, held, pad, cfg, steps, head, rng, log, checkpoint
+    )
     draft.eval()
+    saving = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     # 16-bit on disk keeps the repository small
     draft.to(torch.bfloat16).save_pretrained(out)
@@ -286,7 +284,7 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
     summary = {
         "config": asdict(cfg),
         "steps": steps,
-        "wall_s": round(time.perf_counter() - started, 1),
+        "wall_s": round(trained_s + time.perf_counter() - saving, 1),
         "answers": len(rows),
         "vocabulary": vocabulary_size,
         "stored_answer_tokens": stored,
