@@ -46,6 +46,14 @@ def test_the_head_scores_its_vocabulary_alone(model):
     assert torch.equal(head.weight, model.lm_head.weight.detach()[[1, 3, 9]])
     assert head.index[9] == 2 and head.index[2] == -1 and len(head.index) == full
     assert len(Head.of(model).ids) == full
+    # a trained output layer is read afresh, with its gradient; a frozen one once
+    assert head.frozen is None and head.weight.requires_grad
+    model.lm_head.weight.requires_grad_(False)
+    try:
+        frozen = Head.of(model, [3, 9, 1])
+        assert frozen.weight is frozen.weight and not frozen.weight.requires_grad
+    finally:
+        model.lm_head.weight.requires_grad_(True)
 
 
 def test_a_next_token_outside_the_vocabulary_is_a_miss_and_no_loss(model):

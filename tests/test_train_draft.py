@@ -121,3 +121,45 @@ def test_a_checkpoint_written_for_other_rows_is_refused_and_kept(setup, monkeypa
     heldout.write_text(heldout.read_text() + json.dumps(rows(1, 8, "heldout")[0]) + "\n")
     with pytest.raises(SystemExit, match="other settings or other rows"):
         train(cfg(1), [samples], heldout, tmp / "out", log=lambda *a: None)
+
+
+def test_a_draft_grown_by_layers_computes_what_it_did_until_it_trains(eos_id):
+    from ouroboros_core.tools.draft_start import cut_target, grown
+
+    target = build_model("llama", eos_id, seed=7, layers=4).eval()
+    draft = cut_target(target, 1).eval()
+    bigger = grown(draft, target, 3).eval()
+    tied = lambda model: model.lm_head.weight is model.model.embed_tokens.weight  # noqa: E731
+    assert bigger.config.num_hidden_layers == 3 and tied(bigger) == tied(draft)
+    ids = torch.randint(3, 60, (2, 9))
+    with torch.no_grad():
+        assert torch.allclose(bigger(ids).logits, draft(ids).logits, atol=1e-6)
+    new = bigger.model.layers[2]
+    assert torch.equal(new.mlp.up_proj.weight, target.model.layers[2].mlp.up_proj.weight)
+    assert not new.self_attn.o_proj.weight.any() and not new.mlp.down_proj.weight.any()
+
+
+def test_the_embeddings_train_only_when_asked(setup):
+    from ouroboros_core.tools.draft_start import cut_target
+
+    tmp, samples, heldout = setup
+    quiet = lambda *a: None  # noqa: E731
+    for asked in (False, True):
+        out = tmp / f"embeddings-{asked}"
+        train(dataclasses_replace(cfg(0.5), train_embeddings=asked), [samples], heldout, out, quiet)
+        start = cut_target(train_draft_target(), 1)
+        before = start.model.embed_tokens.weight.detach()
+        after = weights(out)["model.embed_tokens.weight"].float()
+        assert torch.equal(after, before.to(torch.bfloat16).float()) != asked
+
+
+def dataclasses_replace(config, **changes):
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
+
+
+def train_draft_target():
+    from ouroboros_core.models import load_target_of
+
+    return load_target_of("smollm2", None)[0]  # the stand-in the setup fixture put there

@@ -51,22 +51,29 @@ def batches(rows: list[dict], batch_tokens: int, rng: random.Random) -> list[lis
 
 @dataclass(frozen=True)
 class Head:
-    """The output rows the draft scores: `ids` (K,) of the full vocabulary, their weights (K,
-    width), and `index` (V,) giving each full id's place among them (-1: not scored)."""
+    """The output rows the draft scores: `ids` (K,) of the full vocabulary, `index` (V,) giving
+    each full id's place among them (-1: not scored), and the output layer they are read from."""
 
     ids: object
-    weight: object
     index: object
+    source: object  # the draft's output weights (V, width)
+    frozen: object  # their rows at ids, read once, where the output layer is not trained
 
     @classmethod
     def of(cls, draft, vocabulary: list[int] | None = None):
         import torch
 
-        full = draft.lm_head.weight.shape[0]
+        source = draft.lm_head.weight
+        full = source.shape[0]
         ids = torch.tensor(sorted(vocabulary) if vocabulary else range(full))
         index = torch.full((full,), -1, dtype=torch.long)
         index[ids] = torch.arange(len(ids))
-        return cls(ids, draft.lm_head.weight.detach()[ids], index)
+        return cls(ids, index, source, None if source.requires_grad else source.detach()[ids])
+
+    @property
+    def weight(self):
+        """(K, width): the scored rows, read afresh (with their gradient) where they train."""
+        return self.source[self.ids] if self.frozen is None else self.frozen
 
 
 def teacher_targets(

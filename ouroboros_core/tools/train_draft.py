@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .draft_loss import Head, batches, evaluate, kind_of, load_rows, teacher_targets
 from .draft_loss import train_step
+from .draft_start import first_draft
 from .train_checkpoint import Checkpoint, fingerprint
 
 
@@ -53,28 +54,8 @@ class DraftTraining:
     # request does not wash out what it knew)
     with_store: bool = False
     checkpoint_every: int = 20  # steps between checkpoints (0: none)
-
-
-def cut_target(target, layers: int):
-    """A copy of the target with only its first `layers` decoder layers."""
-    import copy
-
-    from transformers import AutoModelForCausalLM
-
-    config = copy.deepcopy(target.config)
-    config.num_hidden_layers = layers
-    if getattr(config, "layer_types", None):
-        config.layer_types = config.layer_types[:layers]
-    draft = AutoModelForCausalLM.from_config(config)
-    state = {
-        name: tensor
-        for name, tensor in target.state_dict().items()
-        if not name.startswith("model.layers.") or int(name.split(".")[2]) < layers
-    }
-    missing, unexpected = draft.load_state_dict(state, strict=False)
-    assert not unexpected and all("lm_head" in name for name in missing), (missing, unexpected)
-    draft.tie_weights()
-    return draft
+    # train the embeddings (tied: the output layer) too, not only the layers and final norm
+    train_embeddings: bool = False
 
 
 # Token ids below this always stay in the draft's vocabulary: a byte-level BPE numbers its bytes and
@@ -158,17 +139,6 @@ def training_rows(cfg: DraftTraining, samples: list[Path]) -> list[dict]:
     return rows
 
 
-def first_draft(cfg: DraftTraining, target):
-    """The draft training starts from: a saved draft's folder (cfg.start), else the target cut to
-    its layers."""
-    if not cfg.start:
-        return cut_target(target, cfg.layers)
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(cfg.start, dtype=torch.float32)
-
-
 def lr_at(step: int, steps: int, cfg: DraftTraining) -> float:
     """Linear warm-up, then cosine decay to a tenth of the peak at the last step."""
     return (
@@ -191,7 +161,8 @@ def prepare(cfg: DraftTraining, samples: list[Path], heldout: Path, log):
         teacher_targets(target, rows, pad, cfg.teacher_k, cfg.batch_tokens, log)
     draft = first_draft(cfg, target)
     del target
-    draft.get_input_embeddings().weight.requires_grad_(False)
+    # tied: the embeddings are the output layer too
+    draft.get_input_embeddings().weight.requires_grad_(cfg.train_embeddings)
     trained = sum(p.numel() for p in draft.parameters() if p.requires_grad)
     log(
         f"draft: {cfg.layers} layers, {sum(p.numel() for p in draft.parameters()):,} parameters "
@@ -325,7 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the store (answers.json) of the samples into --out, a draft's folder, and "
         "train nothing",
     )
-    parser.add_argument("--layers", type=int, default=DraftTraining.layers)
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=DraftTraining.layers,
+        help="the draft's layers (with --start: a draft with fewer is grown to this many)",
+    )
     parser.add_argument("--epochs", type=float, default=DraftTraining.epochs)
     parser.add_argument("--lr", type=float, default=DraftTraining.lr)
     parser.add_argument(
@@ -341,6 +317,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --start: learn that draft's stored answers (answers.json) again too",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_long_run_options(parser)
+    return parser
+
+
+def add_long_run_options(parser: argparse.ArgumentParser) -> None:
+    """Checkpoints, and what else a longer run may train."""
     parser.add_argument(
         "--checkpoint-every",
         type=int,
@@ -348,7 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps between checkpoints in --out (0: none); the same command run again goes on "
         "from the last one",
     )
-    return parser
+    parser.add_argument(
+        "--train-embeddings",
+        action="store_true",
+        help="train the embeddings, and so the tied output layer, too (default: the target's)",
+    )
 
 
 def main(argv=None) -> None:
@@ -382,6 +368,7 @@ def main(argv=None) -> None:
         start=args.start,
         with_store=args.with_store,
         checkpoint_every=args.checkpoint_every,
+        train_embeddings=args.train_embeddings,
     )
     train(cfg, args.samples, args.heldout, args.out)
 
