@@ -64,25 +64,31 @@ def weights(folder: Path) -> dict:
     return load_file(folder / "model.safetensors")
 
 
+def stopped_after(steps: int, monkeypatch, config, samples, heldout, out) -> None:
+    """A training killed as it begins step steps + 1, its checkpoint left in `out`."""
+    real_step, taken = train_draft.train_step, []
+
+    def step(*args):
+        if len(taken) == steps:
+            raise KeyboardInterrupt
+        taken.append(1)
+        return real_step(*args)
+
+    monkeypatch.setattr(train_draft, "train_step", step)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, [samples], heldout, out, log=lambda *a: None)
+    monkeypatch.setattr(train_draft, "train_step", real_step)
+    assert (out / CHECKPOINT).is_file()
+
+
 def test_a_stopped_training_goes_on_from_its_checkpoint_to_the_same_draft(setup, monkeypatch):
     tmp, samples, heldout = setup
     whole = train(cfg(2), [samples], heldout, tmp / "whole", log=lambda *a: None)
     assert whole["steps"] == 2 * STEPS and not (tmp / "whole" / CHECKPOINT).exists()
 
-    real_step, taken = train_draft.train_step, []
-
-    def stopped_after_seven(*args):
-        if len(taken) == 7:  # killed during step 8: steps 1-6 are in the checkpoint
-            raise KeyboardInterrupt
-        taken.append(1)
-        return real_step(*args)
-
-    monkeypatch.setattr(train_draft, "train_step", stopped_after_seven)
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg(2), [samples], heldout, tmp / "again", log=lambda *a: None)
-    assert (tmp / "again" / CHECKPOINT).is_file()
+    # killed during step 8: steps 1-6 are in the checkpoint
+    stopped_after(7, monkeypatch, cfg(2), samples, heldout, tmp / "again")
     assert torch.load(tmp / "again" / CHECKPOINT, weights_only=False)["step"] == 6
-    monkeypatch.setattr(train_draft, "train_step", real_step)
     said = []
     again = train(cfg(2), [samples], heldout, tmp / "again", log=said.append)
     assert f"going on from step 6 of {2 * STEPS}" in said[1]
@@ -101,18 +107,7 @@ def test_a_stopped_training_goes_on_from_its_checkpoint_to_the_same_draft(setup,
 def test_a_checkpoint_written_for_other_rows_is_refused_and_kept(setup, monkeypatch):
     """Other training rows; other held-out rows (they score the curve it carries) likewise."""
     tmp, samples, heldout = setup
-    real_step, taken = train_draft.train_step, []
-
-    def stopped(*args):
-        if len(taken) == 3:
-            raise KeyboardInterrupt
-        taken.append(1)
-        return real_step(*args)
-
-    monkeypatch.setattr(train_draft, "train_step", stopped)
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg(1), [samples], heldout, tmp / "out", log=lambda *a: None)
-    monkeypatch.setattr(train_draft, "train_step", real_step)
+    stopped_after(3, monkeypatch, cfg(1), samples, heldout, tmp / "out")
     samples.write_text(samples.read_text() + json.dumps(rows(1, 9, "train")[0]) + "\n")
     with pytest.raises(SystemExit, match="other settings or other rows"):
         train(cfg(1), [samples], heldout, tmp / "out", log=lambda *a: None)
