@@ -44,23 +44,18 @@ def grown(draft, target, layers: int):
     """The draft with layers added on top up to `layers`, each the target's layer at that depth
     with its attention and MLP outputs zeroed: the grown draft computes what the draft did (its
     residual stream passes the new layers unchanged), and training fills them in."""
-    import copy
-
     import torch
-    from transformers import AutoModelForCausalLM
 
     have = draft.config.num_hidden_layers
-    config = copy.deepcopy(draft.config)
-    config.num_hidden_layers = layers
-    if getattr(config, "layer_types", None):
-        config.layer_types = (config.layer_types * layers)[:layers]
-    bigger = AutoModelForCausalLM.from_config(config).to(next(draft.parameters()).dtype)
-    state = draft.state_dict()
-    for name, tensor in target.state_dict().items():
-        if name.startswith("model.layers.") and have <= int(name.split(".")[2]) < layers:
-            zeroed = name.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight"))
-            state[name] = torch.zeros_like(tensor) if zeroed else tensor.clone()
-    missing, unexpected = bigger.load_state_dict(state, strict=False)
-    assert not unexpected and all("lm_head" in name for name in missing), (missing, unexpected)
-    bigger.tie_weights()
+    bigger = cut_target(target, layers)  # the target's layers, layer types and output layer
+    missing, unexpected = bigger.load_state_dict(draft.state_dict(), strict=False)
+    assert not unexpected and all(
+        name.startswith("model.layers.") and int(name.split(".")[2]) >= have for name in missing
+    ), (missing, unexpected)
+    with torch.no_grad():
+        for layer in bigger.model.layers[have:]:
+            for out in (layer.self_attn.o_proj, layer.mlp.down_proj):
+                out.weight.zero_()
+                if out.bias is not None:
+                    out.bias.zero_()
     return bigger

@@ -75,9 +75,10 @@ def sample_batch(
                 .float()
             )
             chosen = next_tokens(logits, temperature)
-            for row, token in zip(live, chosen.tolist()):
+            tokens = chosen.tolist()
+            for row, token in zip(live, tokens):
                 answers.setdefault(row, []).append(token)
-            keep = [i for i, token in enumerate(chosen.tolist()) if token != eos]
+            keep = [i for i, token in enumerate(tokens) if token != eos]
             if not keep:
                 break
             if len(keep) < len(live):
