@@ -2,8 +2,8 @@
 is its token's embedding plus a projection of the target's final (normed) hidden state at the
 position before, scaled to the embeddings' size (`--where top`: the projection is added to the
 draft's own final state instead); the projection starts at zero, so training starts
-from the shipped draft exactly. That state is what the engine has after each verification for every
-committed token but the newest; a draft token past them reads none (a share `--drop` of positions is
+from the shipped draft exactly. A verification computes that state for every committed token but
+the newest; a draft token past them reads none (a share `--drop` of positions is
 trained without it). Prints the held-out agreement (the 156 held-out broad answers, greedy,
 teacher-forced) with the states and without them, per kind; its output is
 smollm2-state-fed-draft.txt (docs/BENCHMARKS.md, "The broad mix: what visitors ask").
