@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -17,7 +17,7 @@ from .events import DoneEvent, Event, Source, Stats, StepEvent, Token
 from .pieces import TextPieces
 from .proposal import Proposal, StepOutcome
 from .sampling import Sampler
-from .tree import Acceptance, walk
+from .tree import Acceptance, next_token_row, walk
 from .verify import forward_tree, input_device
 
 if TYPE_CHECKING:
@@ -165,14 +165,16 @@ class DecodeLoop:
             started = time.perf_counter()
             proposal = self.propose(request)
             drafted_at = time.perf_counter()
-            verdict, trunk_tokens = self.verify(request, proposal)
+            verdict, trunk_tokens, state = self.verify(request, proposal)
             verified_at = time.perf_counter()
             walked = walked_path(proposal, verdict, engine.token_text)
             old_length = len(request.committed)
             committed_tokens = self.commit(request, walked.accepted, verdict.next_token)
             if request.stop_reason is None:
                 self.drafter.observe(
-                    StepOutcome(request.committed, old_length, proposal, verdict, trunk_tokens)
+                    StepOutcome(
+                        request.committed, old_length, proposal, verdict, trunk_tokens, state
+                    )
                 )
             times = (started, drafted_at, verified_at)
             yield self.step_event(request, proposal, walked, committed_tokens, times)
@@ -188,9 +190,11 @@ class DecodeLoop:
         _sync(request.devices[0])
         return proposal
 
-    def verify(self, request: Request, proposal: Proposal) -> tuple[Acceptance, list[int]]:
+    def verify(self, request: Request, proposal: Proposal) -> tuple[Acceptance, list[int], Any]:
         """One target forward over the pending tokens, the trunk and its branches; the cache then
-        keeps what was committed except the newest token, which the next forward feeds."""
+        keeps what was committed except the newest token, which the next forward feeds. Returns
+        the verdict, the target's token after each trunk prefix, and the target's state that chose
+        its own next token where the draft reads it (else None)."""
         cache, tree = request.cache, proposal.tree()
         past = cache_length(cache)
         pending = request.committed[past:]
@@ -201,8 +205,10 @@ class DecodeLoop:
         trunk_kept, span_start, span_kept = tree.kept_rows(verdict)
         fed = past + len(pending)  # the tree's first token's place in the cache
         keep_span(cache, fed + trunk_kept, fed + span_start, span_kept)
+        tap = self.engine.state_tap
+        state = tap.row(next_token_row(tree, verdict)) if tap is not None else None
         _sync(request.devices[1])
-        return verdict, trunk_tokens
+        return verdict, trunk_tokens, state
 
     def commit(self, request: Request, accepted: list[Token], next_token: int) -> list[Token]:
         """Commit the accepted drafts and the target's own token, stopping at EOS or

@@ -43,6 +43,16 @@ class DraftRunner:
         self.vocab = model.get_input_embeddings().num_embeddings
         self.context = context
         self.start: int | None = None  # where the draft's reading begins, set by the first call
+        # A draft that reads the target's state (a LeanDecoder with a projection): the length of
+        # the text the state follows, and the state (see follow).
+        self.reads_state = getattr(model, "projection", None) is not None
+        self.state: tuple[int, torch.Tensor] | None = None
+
+    def follow(self, committed: list[int], state: torch.Tensor | None) -> None:
+        """The target's final state one position before the newest committed token (the input
+        its output layer read to choose that token): the next forward after exactly `committed`
+        adds its projection to that token's row, which guesses the token after."""
+        self.state = (len(committed), state) if self.reads_state and state is not None else None
 
     def readable(self, tokens) -> bool:
         """Whether the draft has an embedding for every token (a target may pad its vocabulary past
@@ -52,6 +62,9 @@ class DraftRunner:
     def forward(self, sequence: list[int], riders: DraftTree | None = None) -> torch.Tensor:
         """Logits after `sequence` and at every row of `riders` (DraftTree.riders: rows past the
         sequence, or in place of its last token); the cache keeps `sequence` alone."""
+        state = None
+        if self.state is not None and self.state[0] == len(sequence):
+            state = self.state[1]
         if self.start is None:
             self.start = max(0, len(sequence) - self.context)
         if self.start:
@@ -59,7 +72,7 @@ class DraftRunner:
         # Feed one token at least.
         common = shared_prefix(self.fed, sequence, min(len(self.fed), len(sequence) - 1))
         truncate(self.cache, common)
-        logits = forward_tree(self.model, self.cache, sequence[common:], riders)
+        logits = forward_tree(self.model, self.cache, sequence[common:], riders, state)
         truncate(self.cache, len(sequence))
         self.fed = list(sequence)
         return logits

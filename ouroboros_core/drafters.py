@@ -55,6 +55,9 @@ class Speculative(Vanilla):
             sequence.append(token)
         return Proposal(trunk, [Source.DRAFT] * len(trunk))
 
+    def observe(self, outcome: StepOutcome) -> None:
+        self.runner.follow(outcome.committed, outcome.target_state)
+
 
 class Ouroboros(Vanilla):
     """Phrase by phrase (Zhao et al. 2024), from proposers composed into one tree: the draft's

@@ -20,6 +20,7 @@ from .lean import lean_draft
 from .packed import pack_linears
 from .pool import PhrasePool
 from .sampling import Sampler
+from .verify import StateTap
 from .verdict import OutputVerdict, output_verdict
 
 
@@ -123,14 +124,13 @@ class Engine:
         self.chat = chat and tokenizer.chat_template is not None  # wrap prompts as a user turn
         self.eos = eos_ids(target, tokenizer)
         self.target_only, self.draft_only = vocabulary_bounds(target, draft)
-        self.max_context = context_limit(target)
-        if draft is not None:
-            self.max_context = min(self.max_context, context_limit(draft))
+        self.max_context = min(context_limit(m) for m in (target, draft) if m is not None)
         self._token_texts: dict[int, str] = {}
         # a cpu.BusyWatch that keeps torch's threads fit for a busy machine while a request
         # decodes (load_engine sets one on a CPU); None: the caller manages threads (the app)
         self.watch = None
         self._draft_forward = None  # the draft as drafters call it: see draft_forward()
+        self.state_tap: StateTap | None = None  # there, where the draft reads the target's state
         self.defaults = {method: dict(options) for method, options in (defaults or {}).items()}
         for method, options in self.defaults.items():
             build_configs(method, options)  # a bad preset fails here, not on a visitor's request
@@ -142,6 +142,8 @@ class Engine:
         if self._draft_forward is None:
             lean = lean_draft(self.draft, exact=self.draft is self.target)
             self._draft_forward = lean or self.draft
+            if lean is not None and lean.projection is not None:
+                self.state_tap = StateTap(self.target)
         return self._draft_forward
 
     def token_text(self, token_id: int) -> str:

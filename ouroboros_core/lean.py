@@ -117,8 +117,7 @@ def _layer_weights(layer) -> tuple:
 
 
 class LeanDecoder:
-    """Called like the model it wraps (input_ids, position_ids, a 4D additive mask or None, a
-    LeanCache)."""
+    """Called like the model it wraps (input_ids, position_ids, a 4D mask or None, a LeanCache)."""
 
     def __init__(self, model):
         self.model = model
@@ -142,6 +141,8 @@ class LeanDecoder:
             self.vocabulary = self.vocabulary.to(self.head.device)
             self.head = self.head[self.vocabulary].contiguous()
         self.layers = [_layer_weights(layer) for layer in inner.layers]
+        # reads the target's state: (width, target width), added before the head (STATE_PROJECTION)
+        self.projection = getattr(model, "state_projection", None)
         # forwards of up to NARROW_ROWS rows multiply by int8 copies of the weights
         self.narrow_rows = False
         self.narrow: dict[int, tuple] = {}  # layer index -> its int8 layers (see _narrow_layers)
@@ -187,6 +188,7 @@ class LeanDecoder:
         past_key_values: LeanCache,
         logits_to_keep: int = 0,
         use_cache: bool = True,
+        state: torch.Tensor | None = None,  # the target's, for the first kept row (DraftRunner)
     ) -> LeanOutput:
         cache = past_key_values
         n, past = input_ids.shape[1], cache.length
@@ -200,8 +202,10 @@ class LeanDecoder:
             mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(past)
         x = self._layers_forward(x, cos[:, None], sin[:, None], mask, cache)
         cache.length = past + n
-        kept = x[:, -logits_to_keep:] if logits_to_keep else x
-        return LeanOutput(self._logits(self._rms(kept, self.norm)))
+        kept = self._rms(x[:, -logits_to_keep:] if logits_to_keep else x, self.norm)
+        if state is not None:
+            kept[:, 0] += F.linear(state.to(kept.dtype), self.projection)
+        return LeanOutput(self._logits(kept))
 
     def _layers_forward(self, x, cos, sin, mask, cache: LeanCache) -> torch.Tensor:
         """The hidden states after every layer, each layer's keys and values written to the cache

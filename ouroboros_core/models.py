@@ -102,11 +102,43 @@ def load_model(folder: Path, device, dtype, trust_remote_code: bool, device_map=
         model.draft_vocabulary = read_vocabulary(
             vocabulary, model.get_output_embeddings().weight.shape[0]
         )
+    if (folder / STATE_PROJECTION).is_file():
+        model.state_projection = read_projection(folder / STATE_PROJECTION, model)
     return model.eval()
 
 
 # a draft folder's list of the token ids it may propose
 DRAFT_VOCABULARY = "draft_vocabulary.json"
+
+
+# a draft folder's projection of the target's state into the draft's (see lean.LeanDecoder)
+STATE_PROJECTION = "state_projection.safetensors"
+
+
+def read_projection(path: Path, model):
+    """A state_projection.safetensors' "weight": (the draft's width, the target's width), in the
+    model's dtype, on its device; LoadError if it is not one."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        weight = load_file(path).get("weight")
+    except (OSError, SafetensorError) as err:
+        raise LoadError(f"{path}: not a safetensors file ({err})") from err
+    width = model.config.hidden_size
+    if weight is None or weight.dim() != 2 or weight.shape[0] != width:
+        raise LoadError(f"{path}: must hold a 'weight' of {width} rows (the draft's width)")
+    return weight.to(model.dtype).to(model.get_input_embeddings().weight.device)
+
+
+def check_state_width(target, draft) -> None:
+    """A draft that reads the target's state must read states as wide as the target's."""
+    projection = getattr(draft, "state_projection", None)
+    if projection is not None and projection.shape[1] != target.config.hidden_size:
+        raise LoadError(
+            f"the draft reads a target state {projection.shape[1]} wide, but this target's is "
+            f"{target.config.hidden_size}: it was trained for another target"
+        )
 
 
 def read_vocabulary(path: Path, vocab_size: int):
@@ -286,6 +318,7 @@ def load_pair(
         LoadStage("load", f"Loading the draft onto {device} in {str(dtype).split('.')[-1]}", 1, 2)
     )
     draft_model = load_model(draft_folder, device, dtype, trust_remote_code)
+    check_state_width(target_model, draft_model)
     return target_model, draft_model
 
 

@@ -114,6 +114,9 @@ class StepOutcome:
     proposal: Proposal  # what was verified, each proposer's note in it
     verdict: Acceptance
     trunk_tokens: list[int]  # the target's token after each trunk prefix (len(trunk) + 1)
+    # the target's final state that chose the newest committed token, where the engine's draft
+    # reads it (verify.StateTap)
+    target_state: Any = None
 
 
 class Proposer(Protocol):

@@ -124,6 +124,13 @@ class DraftTree:
         return verdict.trunk_accepted, start, verdict.branch_accepted
 
 
+def next_token_row(tree: DraftTree, verdict: Acceptance) -> int:
+    """The logits row the target's own next token came from: after the last accepted token."""
+    if verdict.branch is None:
+        return verdict.trunk_accepted
+    return tree.branch_row(verdict.branch) + verdict.branch_accepted - 1
+
+
 def walk(tree: DraftTree, trunk_tokens: list[int], branch_tokens: list[list[int]]) -> Acceptance:
     """Greedy acceptance, and sample-and-match acceptance when the target tokens are samples.
 

@@ -266,6 +266,7 @@ class DraftTrunk:
         return first_p, [(int(token), p) for token, p in zip(tokens, others)], follow
 
     def observe(self, outcome: StepOutcome) -> None:
+        self.runner.follow(outcome.committed, outcome.target_state)
         share, latest = RECENT_WEIGHTS
         committed = len(outcome.committed) - outcome.old_length
         self.recent_tokens = share * self.recent_tokens + latest * committed

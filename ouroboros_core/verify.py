@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .cache import cache_length
@@ -18,10 +20,30 @@ def input_device(model) -> torch.device:
     return model.get_input_embeddings().weight.device
 
 
+class StateTap:
+    """The final (normed) hidden states the model's output layer read in its last forward in
+    this thread: the target's state that a draft may read (draft_runner.DraftRunner.follow).
+    Per thread, so races decoding side by side on one target each read their own."""
+
+    def __init__(self, model):
+        self.local = threading.local()
+        model.get_output_embeddings().register_forward_pre_hook(self._keep)
+
+    def _keep(self, module, args) -> None:
+        self.local.rows = args[0]
+
+    def row(self, index: int) -> torch.Tensor:
+        """The state at logits row `index` of this thread's last forward."""
+        return self.local.rows[0, index]
+
+
 @torch.no_grad()
-def forward_tree(model, cache, pending: list[int], tree: DraftTree | None = None) -> torch.Tensor:
+def forward_tree(
+    model, cache, pending: list[int], tree: DraftTree | None = None, state=None
+) -> torch.Tensor:
     """Run `model` on the pending tokens and the tree's in one forward, growing `cache` by all of
-    them (no tree: a plain causal run).
+    them (no tree: a plain causal run). state: the target's state for a draft that reads it (a
+    lean.LeanDecoder's).
 
     Returns the logits from the last pending token on: (1 + the tree's tokens, vocab).
     """
@@ -49,5 +71,6 @@ def forward_tree(model, cache, pending: list[int], tree: DraftTree | None = None
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=keep,
+        **({} if state is None else {"state": state}),
     )
     return out.logits[0, -keep:]

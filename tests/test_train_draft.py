@@ -158,3 +158,40 @@ def train_draft_target():
     from ouroboros_core.models import load_target_of
 
     return load_target_of("smollm2", None)[0]  # the stand-in the setup fixture put there
+
+
+def test_a_draft_learns_to_read_the_target_states_written_for_its_answers(setup, monkeypatch):
+    """target_states writes each answer's states in parts; train_draft --states learns a projection
+    from zeros on the answers that have them (the others left out, said), and saves it apart."""
+    import ouroboros_core.tools.target_states as target_states
+    from ouroboros_core.models import STATE_PROJECTION, load_model, load_target_of
+
+    tmp, samples, heldout = setup
+    target, tokenizer = load_target_of("smollm2", None)
+    monkeypatch.setattr(target_states, "PART_ROWS", 10)
+    for path in (samples, heldout):
+        rows_of = target_states.load_rows([path])
+        for number in range(0, len(rows_of), 10):
+            if path == heldout or number != 10:  # the samples' second part is missing
+                where = target_states.part_path(tmp / "states" / path.stem, number // 10)
+                where.parent.mkdir(parents=True, exist_ok=True)
+                target_states.write_part(target, rows_of[number : number + 10], 0, where, 64)
+    written = target_states.load_rows([samples])
+    assert target_states.read_states(tmp / "states" / samples.stem, written) == 14
+    row = written[0]
+    with torch.no_grad():
+        hidden = target.model(input_ids=torch.tensor([row["ids"]])).last_hidden_state[0]
+    start = row["prompt_tokens"] - 2  # position p reads the state at p - 1
+    expected = hidden[start : len(row["ids"]) - 2].to(torch.bfloat16)
+    assert torch.equal(row["states"], expected)
+    said = []
+    config = DraftTraining(**{**cfg(1).__dict__, "states": str(tmp / "states")})
+    summary = train(config, [samples], heldout, tmp / "fed", log=said.append)
+    assert "10 of 24 answers have no states" in " ".join(map(str, said))
+    assert summary["answers"] == 14
+    first, last = summary["heldout_curve"][0], summary["heldout_curve"][-1]
+    assert first["agreement"] == first["without_states"]  # the projection starts at zero
+    draft = load_model(tmp / "fed", torch.device("cpu"), torch.float32, False)
+    assert (tmp / "fed" / STATE_PROJECTION).is_file() and draft.state_projection.abs().sum() > 0
+    assert "without_states" in last
+    assert not any("state_projection" in name for name in weights(tmp / "fed"))

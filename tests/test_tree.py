@@ -207,3 +207,22 @@ def test_riders_stand_in_for_the_last_token_and_columns_sit_further_on():
     # A phrase sees all the pending tokens and its own earlier tokens, never a column.
     assert allowed[5] == [1] * 5 + [1, 1] + [0, 0, 0] + [1] + [0, 0, 0]
     assert allowed[6] == [1] * 5 + [1, 1] + [0, 0, 0] + [1, 1] + [0, 0]
+
+
+# --- the row the target's own token came from ----------------------------------------------------
+
+
+def test_the_next_tokens_row_follows_the_last_accepted_token():
+    """Rows: the last pending token's (0), the trunk's, then each branch's; the target's own token
+    is read after the last accepted token, whose state a state-fed draft reads next."""
+    from ouroboros_core.tree import next_token_row
+
+    tree = DraftTree.of([5, 6], [[7, 8], [9, 10, 11]])  # rows 0-2 trunk, 3-4 and 5-7 branches
+    trunk, branches = [5, 6, 9], [[8, 1], [10, 12, 1]]
+    assert next_token_row(tree, walk_tree(tree, [4, 6, 9], branches)) == 0  # trunk rejected
+    assert next_token_row(tree, walk_tree(tree, [5, 3, 9], branches)) == 1
+    verdict = walk_tree(tree, trunk, branches)  # trunk, then branch 1: 9 and 10 stand
+    assert (verdict.branch, verdict.branch_accepted) == (1, 2)
+    assert next_token_row(tree, verdict) == 6
+    assert next_token_row(tree, walk_tree(tree, [5, 6, 7], branches)) == 4  # 7 and 8 stand
+    assert next_token_row(tree, walk_tree(tree, [5, 6, 7], [[2, 1], [1, 1, 1]])) == 3  # 7 stands

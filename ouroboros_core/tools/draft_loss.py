@@ -117,19 +117,47 @@ def padded(batch: list[dict], pad: int):
     return ids, mask, scored
 
 
-def answer_loss(draft, batch: list[dict], pad: int, head: Head):
+# the draft's projection of the target's state while it trains (target_states.attach_projection;
+# saved apart from its weights)
+STATE_LAYER = "state_projection_layer"
+
+
+def fed_states(batch: list[dict], width: int, drop: float):
+    """The states a batch's answer positions read, in draft_loss.answer_loss's order (a row
+    without states reads zeros), each position's zeroed with chance `drop`: the engine's draft
+    reads a state only at the first token it guesses in a step."""
+    import torch
+
+    parts = [
+        row["states"].float()
+        if "states" in row
+        else torch.zeros(len(row["ids"]) - row["prompt_tokens"], width)
+        for row in batch
+    ]
+    states = torch.cat(parts)
+    if drop > 0:
+        states = states * (torch.rand(states.shape[0], 1) >= drop)
+    return states
+
+
+def answer_loss(draft, batch: list[dict], pad: int, head: Head, drop: float = 0.0):
     """Cross-entropy of the draft's guesses at every answer position, over the head's rows; (loss,
     right guesses, guesses, per-position hits). Rows with teacher targets add the cross-entropy
     against the target's top-k chances (renormalised over those the head scores), and count a
     guess right when it is the target's own first choice. A next token the head does not score is
-    a guess the draft cannot get right (it counts), and no loss."""
+    a guess the draft cannot get right (it counts), and no loss. A draft that reads the target's
+    state (target_states.attach_projection) adds its projection at each answer position, zeroed
+    at a share `drop` of them."""
     import torch
     import torch.nn.functional as F
 
     ids, mask, scored = padded(batch, pad)
     hidden = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, width)
-    # (answer positions, K): only those, only the head's rows
-    logits = hidden[:, :-1][scored[:, :-1]] @ head.weight.T
+    hidden = hidden[:, :-1][scored[:, :-1]]  # the answer positions
+    projection = getattr(draft, STATE_LAYER, None)
+    if projection is not None:
+        hidden = hidden + projection(fed_states(batch, projection.in_features, drop))
+    logits = hidden @ head.weight.T  # (answer positions, K): only the head's rows
     guesses = head.ids[logits.argmax(-1)]
     labels = ids[:, 1:][scored[:, :-1]]
     places = head.index[labels]
@@ -148,9 +176,11 @@ def answer_loss(draft, batch: list[dict], pad: int, head: Head):
     return loss, int(hits.sum()), labels.numel(), hits
 
 
-def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int, head: Head) -> dict:
+def evaluate(
+    draft, rows: list[dict], pad: int, batch_tokens: int, head: Head, drop: float = 0.0
+) -> dict:
     """The draft's agreement with the rows' next tokens (the target's greedy answers) and its loss,
-    over all and per kind of request."""
+    over all and per kind of request (drop 1: a state-fed draft without the target's states)."""
     import torch
 
     draft.eval()
@@ -158,7 +188,7 @@ def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int, head: Head) -
     kinds: dict[str, list[int]] = {}
     with torch.no_grad():
         for batch in batches(rows, batch_tokens, random.Random(0)):
-            loss, hits, count, each = answer_loss(draft, batch, pad, head)
+            loss, hits, count, each = answer_loss(draft, batch, pad, head, drop)
             right, total = right + hits, total + count
             loss_sum += (loss.item() if loss is not None else 0.0) * count
             start = 0
@@ -177,13 +207,16 @@ def evaluate(draft, rows: list[dict], pad: int, batch_tokens: int, head: Head) -
     }
 
 
-def train_step(draft, batch, pad: int, head: Head, opt, lr: float) -> tuple[float, int, int]:
-    """One optimiser step on one batch at learning rate lr: (loss, hits, positions)."""
+def train_step(
+    draft, batch, pad: int, head: Head, opt, lr: float, drop: float = 0.0
+) -> tuple[float, int, int]:
+    """One optimiser step on one batch at learning rate lr: (loss, hits, positions); drop: the
+    share of answer positions a state-fed draft learns without the target's state."""
     import torch
 
     for group in opt.param_groups:
         group["lr"] = lr
-    loss, hits, count, _ = answer_loss(draft, batch, pad, head)
+    loss, hits, count, _ = answer_loss(draft, batch, pad, head, drop)
     loss.backward()
     torch.nn.utils.clip_grad_norm_([p for p in draft.parameters() if p.requires_grad], 1.0)
     opt.step()

@@ -33,7 +33,9 @@ from pathlib import Path
 
 from .draft_loss import Head, batches, evaluate, kind_of, load_rows, teacher_targets
 from .draft_loss import train_step
+from .draft_folder import store_rows, stored_form, vocabulary, write_answers, write_vocabulary
 from .draft_start import first_draft
+from .target_states import attach_projection, save_projection, with_states
 from .train_checkpoint import Checkpoint, fingerprint
 
 
@@ -56,87 +58,26 @@ class DraftTraining:
     checkpoint_every: int = 20  # steps between checkpoints (0: none)
     # train the embeddings (tied: the output layer) too, not only the layers and final norm
     train_embeddings: bool = False
+    # a folder of the target's states (target_states: one subfolder per answers file, named as the
+    # file without its suffix): the draft learns to read them through a projection
+    states: str = ""
+    state_drop: float = 0.2  # the share of answer positions it learns without them
 
 
-# Token ids below this always stay in the draft's vocabulary: a byte-level BPE numbers its bytes and
-# its earliest (most frequent) merges first, so text unlike the training answers still finds its
-# common pieces.
-COMMON_IDS = 8192
-
-
-def vocabulary(rows: list[dict], vocab_size: int, start: str = "") -> list[int]:
-    """The draft's vocabulary (models.DRAFT_VOCABULARY): every token of the training rows, requests
-    included, the COMMON_IDS first ids, and the vocabulary of the draft training goes on from. The
-    draft's output layer reads these rows alone, in training as at run time."""
-    from ouroboros_core.models import DRAFT_VOCABULARY
-
-    ids = set(range(min(COMMON_IDS, vocab_size))) | {t for row in rows for t in row["ids"]}
-    if start and (Path(start) / DRAFT_VOCABULARY).is_file():
-        ids |= set(json.loads((Path(start) / DRAFT_VOCABULARY).read_text()))
-    return sorted(ids)
-
-
-def write_vocabulary(ids: list[int], out: Path) -> int:
-    from ouroboros_core.models import DRAFT_VOCABULARY
-
-    (out / DRAFT_VOCABULARY).write_text(json.dumps(ids) + "\n")
-    return len(ids)
-
-
-def write_answers(rows: list[dict], out: Path, start: str = "") -> int:
-    """The target's answers the draft learned from, as the store lookup walks (answers.py): each
-    answer after the last tokens of its request (the chat template's turn marks, which its first
-    tokens follow), after the store of the draft training went on from. Returns their tokens."""
-    from ouroboros_core.answers import ANSWERS_FILE
-
-    earlier = Path(start) / ANSWERS_FILE if start else None
-    answers = json.loads(earlier.read_text())["answers"] if earlier and earlier.is_file() else []
-    # rows read back from a store are in it already, and so are the answers a draft trained on
-    # before (training goes on over all the samples, old and new)
-    known = set(map(tuple, answers))
-    answers += [
-        answer
-        for answer in (stored_form(row) for row in rows if not row.get("stored"))
-        if tuple(answer) not in known
-    ]
-    about = (
-        "The target's answers to the draft's training requests (ouroboros_core/tools/"
-        "chat_requests.py and broad_requests.py), each after its request's last 4 tokens; written "
-        "by train_draft"
-    )
-    text = json.dumps({"about": about, "answers": answers}, separators=(",", ":"))
-    (out / ANSWERS_FILE).write_text(text + "\n")
-    return sum(map(len, answers))
-
-
-def stored_form(row: dict) -> list[int]:
-    """A row's answer as the store holds it: after the last tokens of its request."""
-    from ouroboros_core.answers import ORDERS
-
-    return row["ids"][max(0, row["prompt_tokens"] - ORDERS[0]) :]
-
-
-def store_rows(folder: Path) -> list[dict]:
-    """A draft folder's stored answers (answers.json) as training rows: each answer after the last
-    tokens of its request, the only context the store kept; marked stored, so they are not stored
-    twice."""
-    from ouroboros_core.answers import ANSWERS_FILE, ORDERS
-
-    answers = json.loads((folder / ANSWERS_FILE).read_text())["answers"]
-    return [
-        {"id": f"stored:{i}", "ids": ids, "prompt_tokens": ORDERS[0], "stored": True}
-        for i, ids in enumerate(answers)
-    ]
-
-
-def training_rows(cfg: DraftTraining, samples: list[Path]) -> list[dict]:
+def training_rows(cfg: DraftTraining, samples: list[Path], log=print) -> list[dict]:
     """The samples' rows and, with cfg.with_store, the stored answers of the draft training goes
     on from, less those the samples hold whole (learned there with their request)."""
-    rows = load_rows(samples)
+    rows = [row for path in samples for row in answers_of(cfg, path, log)]
     if cfg.with_store and cfg.start:
         sampled = {tuple(stored_form(row)) for row in rows}
         rows += [row for row in store_rows(Path(cfg.start)) if tuple(row["ids"]) not in sampled]
     return rows
+
+
+def answers_of(cfg: DraftTraining, path: Path, log=print) -> list[dict]:
+    """One answers file's rows; with cfg.states, those whose target states are there, with them."""
+    rows = load_rows([path])
+    return with_states(rows, Path(cfg.states) / path.stem, log) if cfg.states else rows
 
 
 def lr_at(step: int, steps: int, cfg: DraftTraining) -> float:
@@ -156,10 +97,12 @@ def prepare(cfg: DraftTraining, samples: list[Path], heldout: Path, log):
 
     target, tokenizer = load_target_of(cfg.preset, log)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    rows, held = training_rows(cfg, samples), load_rows([heldout])
+    rows, held = training_rows(cfg, samples, log), answers_of(cfg, heldout, log)
     if cfg.teacher_k:
         teacher_targets(target, rows, pad, cfg.teacher_k, cfg.batch_tokens, log)
     draft = first_draft(cfg, target)
+    if cfg.states:
+        attach_projection(draft, target.config.hidden_size, cfg.start)
     del target
     # tied: the embeddings are the output layer too
     draft.get_input_embeddings().weight.requires_grad_(cfg.train_embeddings)
@@ -191,7 +134,7 @@ def run_steps(
     import torch
 
     greedy_held = [row for row in held if row["temperature"] == 0]
-    score = functools.partial(evaluate, draft, greedy_held, pad, cfg.batch_tokens, head)
+    score = functools.partial(scores, cfg, draft, greedy_held, pad, head)
     trained = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     saved = checkpoint.load(draft, opt)
@@ -203,7 +146,8 @@ def run_steps(
         if not queue:
             order = rng.getstate()
             queue = batches(rows, cfg.batch_tokens, rng)
-        loss, hits, count = train_step(draft, queue.pop(), pad, head, opt, lr_at(step, steps, cfg))
+        lr = lr_at(step, steps, cfg)
+        loss, hits, count = train_step(draft, queue.pop(), pad, head, opt, lr, cfg.state_drop)
         step += 1
         if step % 10 == 0 or step == steps:
             lr, elapsed = lr_at(step - 1, steps, cfg), round(time.perf_counter() - started, 1)
@@ -218,6 +162,16 @@ def run_steps(
             elapsed = time.perf_counter() - started
             checkpoint.save(draft, opt, {**state, "left": len(queue), "elapsed_s": elapsed})
     return history, curve, time.perf_counter() - started
+
+
+def scores(cfg: DraftTraining, draft, rows: list[dict], pad: int, head: Head) -> dict:
+    """The held-out scores; a state-fed draft's also without the target's states (the engine's
+    draft reads one only at the first token it guesses in a step)."""
+    scored = evaluate(draft, rows, pad, cfg.batch_tokens, head)
+    if cfg.states:
+        without = evaluate(draft, rows, pad, cfg.batch_tokens, head, drop=1.0)
+        scored["without_states"] = without["agreement"]
+    return scored
 
 
 def begin(saved: dict | None, rows: list[dict], cfg: DraftTraining, rng, first_score):
@@ -247,6 +201,8 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
     draft.eval()
     saving = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.states:
+        save_projection(draft, out)
     # 16-bit on disk keeps the repository small
     draft.to(torch.bfloat16).save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -331,6 +287,12 @@ def add_long_run_options(parser: argparse.ArgumentParser) -> None:
         "from the last one",
     )
     parser.add_argument(
+        "--states",
+        default="",
+        help="a folder of the target's states (ouroboros_core.tools.target_states, a subfolder "
+        "per answers file): the draft learns to read them (models.STATE_PROJECTION)",
+    )
+    parser.add_argument(
         "--train-embeddings",
         action="store_true",
         help="train the embeddings, and so the tied output layer, too (default: the target's)",
@@ -369,6 +331,7 @@ def main(argv=None) -> None:
         with_store=args.with_store,
         checkpoint_every=args.checkpoint_every,
         train_embeddings=args.train_embeddings,
+        states=args.states,
     )
     train(cfg, args.samples, args.heldout, args.out)
 
