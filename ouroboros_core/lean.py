@@ -204,7 +204,7 @@ class LeanDecoder:
         cache.length = past + n
         kept = self._rms(x[:, -logits_to_keep:] if logits_to_keep else x, self.norm)
         if state is not None:
-            kept[:, 0] += F.linear(state.to(kept.dtype), self.projection)
+            kept[:, 0] += F.linear(state.to(kept.device, kept.dtype), self.projection)
         return LeanOutput(self._logits(kept))
 
     def _layers_forward(self, x, cos, sin, mask, cache: LeanCache) -> torch.Tensor:

@@ -70,7 +70,7 @@ class Cost:
 
 
 # Measured on the AVX2 class (MEASURED_CLASS), one thread, per request in REQUESTS' order; in all,
-# demo 512 tokens in 107 forwards verifying 1,655 rows, smollm2 295 in 135 verifying 797.
+# demo 512 tokens in 107 forwards verifying 1,655 rows, smollm2 295 in 133 verifying 788.
 MEASURED = {
     "demo": (
         Cost(128, 28, 346, 4288434149),
@@ -79,10 +79,10 @@ MEASURED = {
         Cost(128, 21, 364, 4062059764),
     ),
     "smollm2": (
-        Cost(24, 19, 91, 2618421159),
-        Cost(128, 40, 300, 1894420441),
-        Cost(56, 22, 158, 1269235017),
-        Cost(87, 54, 248, 638629348),
+        Cost(24, 17, 79, 2618421159),
+        Cost(128, 39, 303, 1894420441),
+        Cost(56, 22, 139, 1269235017),
+        Cost(87, 55, 267, 638629348),
     ),
 }
 MEASURED_CLASS = "x86-64 with AVX2, without AVX-512"

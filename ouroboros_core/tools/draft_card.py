@@ -54,7 +54,8 @@ def engine_draft_ms(engine, requests: int = 4, tokens: int = 64) -> float:
 
 def heldout_agreement(draft_folder: Path, heldout: Path) -> dict:
     """The draft's agreement with the target's greedy answers in `heldout` (target_samples' file),
-    teacher-forced: over all and per kind of request, as train_draft scores it."""
+    teacher-forced: over all and per kind of request, as train_draft scores it (a draft that reads
+    the target's state is scored without it here: train_draft's curve has both)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -99,7 +100,7 @@ little, so its acceptance there may be a little lower).
   norm and tied output layer), whose layers and final norm were then trained on the target's own
   answers; the embeddings (and so the output layer) stay the target's, frozen. It scores only its
   own vocabulary ({vocabulary:,} tokens: every token of its training requests and answers, and the
-  8,192 commonest). Weights are stored in bfloat16 (loaded as float32).
+  8,192 commonest). Weights are stored in bfloat16 (loaded as float32).{state}
 - **Training**, in stages, each going on from the one before (`train_draft`; the target's answers
   from `target_samples --pair smollm2`, the answer positions only; AdamW, cosine decay, batches of
   about 4,096 padded tokens, on the 2-core CPU):
@@ -119,7 +120,7 @@ little, so its acceptance there may be a little lower).
   teacher-forced on those held-out answers): {start_agreement:.1%} before this stage,
   **{agreement:.1%}** after; held-out loss {start_loss} -> {loss} nats per token. Per kind:
 
-| kind | before | after |
+| kind | before | {after} |
 |---|---|---|
 {kinds}
 
@@ -159,6 +160,25 @@ def stage_row(number: int, stage: dict) -> str:
     )
 
 
+STATE = """
+- **It reads the target's state** (`state_projection.safetensors`, a 576 x 576 projection trained
+  with it from zeros): at the first token it guesses in a step, the target's final (normed) hidden
+  state one position before, which the step's verification computed, projected and added to its
+  own final state before the output layer. Later tokens of the step have no target state yet and
+  go without ({without:.1%} agreement without it, below). A loader that ignores the file gets the
+  draft without it."""
+
+
+def state_parts(reads_state: bool, last: dict) -> dict:
+    """The card's words on the target's state, where the draft reads it."""
+    if not reads_state:
+        return {"state": "", "after": "after"}
+    return {
+        "state": STATE.format(without=last["without_states"]),
+        "after": "after (with the target's state)",
+    }
+
+
 def write_card(draft_folder: Path) -> str:
     import torch
 
@@ -172,6 +192,7 @@ def write_card(draft_folder: Path) -> str:
     store = read_store(draft_folder / ANSWERS_FILE, engine.draft.config.vocab_size)
     curve = summary["heldout_curve"]
     first, last = curve[0].get("by_kind", {}), curve[-1].get("by_kind", {})
+    reads_state = "without_states" in curve[-1]
     card = CARD.format(
         t_layers=engine.target.config.num_hidden_layers,
         d_layers=engine.draft.config.num_hidden_layers,
@@ -195,6 +216,7 @@ def write_card(draft_folder: Path) -> str:
         kinds="\n".join(
             f"| {kind} | {first.get(kind, 0):.1%} | {share:.1%} |" for kind, share in last.items()
         ),
+        **state_parts(reads_state, curve[-1]),
         ratio=round(t_ms / d_ms, 1),
         lean_ratio=round(t_ms / lean_ms, 1),
         machine=f"{platform.machine()}, {torch.get_num_threads()} torch thread, "
