@@ -94,6 +94,12 @@ def test_a_state_fed_draft_changes_what_is_drafted_never_what_is_written(
     without = plain.generate(PROMPT, "ouroboros", 40, **options)
     vanilla = plain.generate(PROMPT, "vanilla", 40, **options)
     assert with_state.token_ids == without.token_ids == vanilla.token_ids
+    # classic speculative decoding reads the state too (its runner follows each step)
+    speculative = fed.generate(PROMPT, "speculative", 40, **options)
+    assert speculative.token_ids == vanilla.token_ids
+    plain_speculative = plain.generate(PROMPT, "speculative", 40, **options)
+    drafted = lambda result: [event.drafted for event in result.events]  # noqa: E731
+    assert drafted(speculative) != drafted(plain_speculative)
     assert fed.state_tap is not None and plain.state_tap is None
     trunks = lambda result: [event.trunk for event in result.events]  # noqa: E731
     # The first step drafts before the target has run: no state yet, the same trunk.
