@@ -5,7 +5,7 @@ from .config import METHODS, ConfigError, OuroborosConfig, SamplingConfig, Specu
 from .engine import Engine
 from .events import DoneEvent, Result, Source, Stats, StepEvent, Token
 from .models import LoadError, load_engine
-from .pool import PhrasePool
+from .phrases import PhrasePool
 from .verdict import OutputVerdict
 
 __all__ = [

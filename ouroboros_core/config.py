@@ -300,8 +300,9 @@ class OuroborosConfig:
     # L: one more branch, up to L tokens that followed the earlier occurrence matching most of the
     # text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases.
     lookup: int = knob(12, 0, 64, cli="Ouroboros context-lookup branch length L (0: none)")
-    # One more branch where the draft's folder stores the target's answers (answers.py): up to this
-    # many tokens walked from what those answers most often wrote after the text's last tokens.
+    # One more branch where the draft's folder stores the target's answers (lookup.AnswerStore):
+    # up to this many tokens walked from what those answers most often wrote after the text's last
+    # tokens.
     stored_answers: int = knob(
         8, 0, 64, cli="Ouroboros: branch length from the draft folder's stored answers (0: none)"
     )

@@ -8,14 +8,12 @@ three; Ouroboros composes proposers of one contract (proposal.Proposer).
 from __future__ import annotations
 
 from .config import OuroborosConfig, SpeculativeConfig
-from .draft_runner import DraftRunner
 from .events import Source
 from .lookup import ContextLookup, StoredLookup
-from .phrases import PoolPhrases
-from .pool import PhrasePool
+from .phrases import PhrasePool, PoolPhrases
 from .proposal import Proposal, Proposer, StepContext, StepOutcome
 from .sampling import Sampler, draft_guesses
-from .trunk import DraftTrunk, SpareChoices
+from .trunk import DraftRunner, DraftTrunk, SpareChoices
 
 
 class Vanilla:
@@ -63,7 +61,7 @@ class Ouroboros(Vanilla):
     """Phrase by phrase (Zhao et al. 2024), from proposers composed into one tree: the draft's
     trunk and its other choices (trunk.DraftTrunk), a copy of what followed the text's last tokens
     before (lookup.ContextLookup), where the draft's folder stores the target's answers a walk of
-    what they most often wrote next (lookup.StoredLookup, `store`: answers.AnswerStore), and pool
+    what they most often wrote next (lookup.StoredLookup, `store`: lookup.AnswerStore), and pool
     phrases after the trunk (phrases.PoolPhrases, whose lookahead window rides in the draft's
     forwards and fills the pool).
 

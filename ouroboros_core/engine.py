@@ -13,14 +13,14 @@ from typing import Iterator
 from .attention import use_tree_attention
 from .cpu import watched
 from .config import ConfigError, OuroborosConfig, build_configs, check_int
-from .decode import DecodeLoop
+from .decode import DecodeLoop, TokenTexts
 from .drafters import Ouroboros, Speculative, Vanilla
 from .events import Event, Result, StepEvent
 from .lean import lean_draft
 from .packed import pack_linears
-from .pool import PhrasePool
+from .phrases import PhrasePool
 from .sampling import Sampler
-from .verify import StateTap
+from .tree import StateTap
 from .verdict import OutputVerdict, output_verdict
 
 
@@ -125,7 +125,8 @@ class Engine:
         self.eos = eos_ids(target, tokenizer)
         self.target_only, self.draft_only = vocabulary_bounds(target, draft)
         self.max_context = min(context_limit(m) for m in (target, draft) if m is not None)
-        self._token_texts: dict[int, str] = {}
+        # a drafted token's text on its own, for display (decode.TokenTexts)
+        self.token_text = TokenTexts(tokenizer)
         # a cpu.BusyWatch that keeps torch's threads fit for a busy machine while a request
         # decodes (load_engine sets one on a CPU); None: the caller manages threads (the app)
         self.watch = None
@@ -145,17 +146,6 @@ class Engine:
             if lean is not None and lean.projection is not None:
                 self.state_tap = StateTap(self.target)
         return self._draft_forward
-
-    def token_text(self, token_id: int) -> str:
-        """A drafted token's text on its own, for display (committed tokens get exact pieces
-        instead)."""
-        text = self._token_texts.get(token_id)
-        if text is None:
-            text = self.tokenizer.decode(
-                [token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False
-            )
-            self._token_texts[token_id] = text
-        return text
 
     def new_pool(self, **options) -> PhrasePool:
         """A phrase pool to keep warm across one caller's requests (pass it as `pool=`)."""

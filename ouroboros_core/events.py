@@ -16,7 +16,7 @@ class Source(str, Enum):
     DRAFT = "draft"  # proposed by the draft model
     POOL = "pool"  # proposed from a phrase pool entry (draft lookahead window or a target verdict)
     # proposed by looking the phrase up in the prompt or the text so far, or walking the target's
-    # stored answers to other requests (answers.py)
+    # stored answers to other requests (lookup.AnswerStore)
     PROMPT = "prompt"
 
 

@@ -29,7 +29,7 @@ ALTERNATIVES = 3
 RECENT_TOKENS_START = 3.0
 RECENT_WEIGHTS = (0.8, 0.2)
 
-# trust.LookupTrust's (kept, reached) pseudo-counts at every depth: a copy or a pool phrase is
+# proposal.LookupTrust's (kept, reached) pseudo-counts at every depth: a copy or a pool phrase is
 # trusted at 80% a token until the request's verdicts say otherwise (a prior of 50% measured in
 # docs/BENCHMARKS.md, "Sampled: rows left out"; how far copies stand by their matched length:
 # docs/BENCHMARKS.md, "Sampled: rows where they stand").

@@ -4,9 +4,9 @@ overhead.
 The draft runs a dozen small forwards per answer where the target runs a few. For a small draft most
 of a transformers forward is Python around the arithmetic (mask building, cache bookkeeping, output
 classes): on the embedded 2-layer draft, about half of it. And a forward of a few rows (the draft's
-usual step: its token, the siblings riding along, or catching up on the target's tokens) on a CPU is
-bound by reading the weights from memory, which the target's forward has just flushed from the
-caches: there the lean forward reads int8 copies of float32 weights (a quarter of the bytes, one
+usual step: its token, the alternatives it extends, or catching up on the target's tokens) on a
+CPU is bound by reading the weights from memory, which the target's forward has just flushed from
+the caches: there the lean forward reads int8 copies of float32 weights (a quarter of the bytes, one
 scale per output row) through torch's weight-only int8 kernel with bfloat16 activations, which moves
 its logits by that rounding. A draft proposes and the target decides, so the output cannot change;
 wider forwards (the prompt's prefill) keep float32.
@@ -36,7 +36,7 @@ STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 
 class LeanCache:
     """Keys and values of every layer in one buffer (layers, 2, 1, kv_heads, capacity, head_dim),
-    grown by doubling; the same calls as transformers' DynamicCache that cache.py makes."""
+    grown by doubling; the same calls as transformers' DynamicCache that tree.py makes."""
 
     def __init__(
         self, layers: int, kv_heads: int, head_dim: int, dtype, device, capacity: int = 256

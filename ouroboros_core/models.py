@@ -7,7 +7,7 @@ import math
 import os
 from pathlib import Path
 
-from .answers import ANSWERS_FILE, read_store
+from .lookup import ANSWERS_FILE, read_store
 from .hub import download
 from .load_report import LoadError, LoadStage, Report, ignore, size_text
 from .presets import DEFAULT_PRESET, presets

@@ -1,6 +1,7 @@
 """What a drafter offers the target for one step, and the contract of the proposers it composes:
 each proposes from the step's context (StepContext) and observes the step's outcome (StepOutcome),
-reading back its own note."""
+reading back its own note. LookupTrust: how far one request's drafts of a kind stood, which context
+lookup, stored walks and pool phrases end their branches by."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .events import Source
+from .fitted import TRUST_PRIOR
 from .tree import DraftTree, Acceptance
 
 
@@ -115,7 +117,7 @@ class StepOutcome:
     verdict: Acceptance
     trunk_tokens: list[int]  # the target's token after each trunk prefix (len(trunk) + 1)
     # the target's final state that chose the newest committed token, where the engine's draft
-    # reads it (verify.StateTap)
+    # reads it (tree.StateTap)
     target_state: Any = None
 
 
@@ -127,3 +129,43 @@ class Proposer(Protocol):
     def propose(self, step: StepContext) -> Branches: ...
 
     def observe(self, outcome: StepOutcome) -> None: ...
+
+
+class LookupTrust:
+    """How far one request's drafts of a kind have stood, by row (a copy's row: how many tokens it
+    matched): at each depth, how many the target reached there and how many of those tokens it kept.
+
+    A copy after one matching token is rarely right for long; after four, it often runs to the end
+    (docs/BENCHMARKS.md, "Sampled: rows where they stand"). Each request learns its own rates,
+    starting from the prior fitted.TRUST_PRIOR until the verdicts say otherwise. The last row holds
+    every copy that matched `longest` tokens or more, so a proposer keyed on longer matches (stored
+    walks) shares it rather than needing a row of its own.
+    """
+
+    def __init__(self, longest: int, length: int):
+        self.kept = [[0] * length for _ in range(longest + 1)]
+        self.reached = [[0] * length for _ in range(longest + 1)]
+
+    def length(self, matched: int, reach: float, most: int, above: float) -> int:
+        """How many of a copy's tokens have a chance above `above` of standing, where the copy is
+        reached with chance `reach` (at most `most`)."""
+        row = self.row(matched)
+        chance, kept, reached = reach, self.kept[row], self.reached[row]
+        for depth in range(most):
+            chance *= (kept[depth] + TRUST_PRIOR[0]) / (reached[depth] + TRUST_PRIOR[1])
+            if chance <= above:
+                return depth
+        return most
+
+    def observe(self, matched: int, length: int, accepted: int) -> None:
+        """A copy of `length` tokens was reached and its first `accepted` tokens stood."""
+        row = self.row(matched)
+        for depth in range(min(accepted + 1, length)):
+            self.reached[row][depth] += 1
+            self.kept[row][depth] += depth < accepted
+
+    def row(self, matched: int) -> int:
+        """The row of a copy that matched `matched` tokens: that length, or the longest row."""
+        if matched < 0:
+            raise ValueError(f"a copy matched {matched} tokens: a match is 0 tokens or more")
+        return min(matched, len(self.kept) - 1)

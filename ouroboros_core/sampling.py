@@ -2,7 +2,7 @@
 the keyed scores whose argmax is the target's sample, the draft's guesses of that sample, and the
 Sampler a request uses.
 
-Pure functions of logits and positions, kept apart from the tree (verify.py) and the loop
+Pure functions of logits and positions, kept apart from the tree (tree.py) and the loop
 (engine.py) that call them; none keeps state between steps."""
 
 from __future__ import annotations

@@ -3,14 +3,20 @@
 A forward feeds the pending tokens (committed, not yet in the cache), then the trunk, then each
 branch in turn, and keeps the logits from the last pending token on. Everything that follows from
 that order lives here: each row's position, the attention mask, which logits rows belong to which
-part (row groups), the acceptance walk, and the cache span an accepted branch occupies.
+part (row groups), the acceptance walk, and the cache span an accepted branch occupies. So does the
+forward itself (forward_tree) and the one code that touches the KV cache API (transformers 5's
+DynamicCache, or the lean draft's LeanCache): new_cache, truncate, keep_span.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
+
+from .lean import LeanCache, LeanDecoder
 
 # A branch's attach for a token in place of the last pending one (the draft's other choice there):
 # it sees the tokens before that one and sits at its position.
@@ -49,7 +55,7 @@ class DraftTree:
         return cls(tuple(trunk), branches, attach, offsets)
 
     @classmethod
-    def riders(cls, columns=(), phrases=(), stand_ins=()) -> DraftTree:
+    def extra_rows(cls, columns=(), phrases=(), stand_ins=()) -> DraftTree:
         """A draft forward's rows past its sequence: the lookahead window's columns (column i sits i
         positions further on), phrases after the sequence, and tokens in place of its last token."""
         return cls.of(
@@ -156,3 +162,112 @@ def walk(tree: DraftTree, trunk_tokens: list[int], branch_tokens: list[list[int]
         token = branch_tokens[best][depth]
         depth += 1
     return Acceptance(accepted, best, depth, token)
+
+
+# --- the target's forward over a tree ---
+
+# Pending tokens past which the run goes through the plain forward before the tree: on the 2-core
+# CPU the split cost 45-60 ms more below 300 tokens and broke even near 600 (docs/BENCHMARKS.md,
+# *Long requests*).
+PLAIN_RUN = 512
+
+
+def input_device(model) -> torch.device:
+    return model.get_input_embeddings().weight.device
+
+
+class StateTap:
+    """The final (normed) hidden states the model's output layer read in its last forward in
+    this thread: the target's state that a draft may read (trunk.DraftRunner.follow).
+    Per thread, so races decoding side by side on one target each read their own."""
+
+    def __init__(self, model):
+        self.local = threading.local()
+        model.get_output_embeddings().register_forward_pre_hook(self._keep)
+
+    def _keep(self, module, args) -> None:
+        self.local.rows = args[0]
+
+    def row(self, index: int) -> torch.Tensor:
+        """The state at logits row `index` of this thread's last forward."""
+        return self.local.rows[0, index]
+
+
+@torch.no_grad()
+def forward_tree(
+    model, cache, pending: list[int], tree: DraftTree | None = None, state=None
+) -> torch.Tensor:
+    """Run `model` on the pending tokens and the tree's in one forward, growing `cache` by all of
+    them (no tree: a plain causal run). state: the target's state for a draft that reads it (a
+    lean.LeanDecoder's).
+
+    Returns the logits from the last pending token on: (1 + the tree's tokens, vocab).
+    """
+    assert pending, "at least one token must be fed to get a next-token distribution"
+    if tree is not None and tree.branches and len(pending) > PLAIN_RUN:
+        # A long prompt goes through the plain causal forward first, the tree after its last token:
+        # under a mask every score of the run is computed and the masked kernels run, which cost a
+        # long prompt's prefill a quarter more; a short one pays less than the second call costs.
+        forward_tree(model, cache, pending[:-1])
+        pending = pending[-1:]
+    past = cache_length(cache)
+    device = input_device(model)
+    tokens = pending + (tree.tokens() if tree is not None else [])
+    input_ids = torch.tensor([tokens], dtype=torch.long, device=device)
+    keep = len(tokens) - len(pending) + 1
+    if tree is not None and tree.branches:
+        positions, mask = tree.layout(len(pending), past, model.dtype, device)
+    else:
+        # A plain causal run: let the model build its own mask, as its own generate() does.
+        positions, mask = torch.arange(past, past + len(tokens), device=device)[None], None
+    out = model(
+        input_ids=input_ids,
+        position_ids=positions,
+        attention_mask=mask,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=keep,
+        **({} if state is None else {"state": state}),
+    )
+    return out.logits[0, -keep:]
+
+
+# --- the KV cache ---
+
+
+def new_cache(model) -> DynamicCache | LeanCache:
+    if isinstance(model, LeanDecoder):
+        return model.new_cache()
+    return DynamicCache(config=model.config)
+
+
+def cache_length(cache: DynamicCache) -> int:
+    return cache.get_seq_length()
+
+
+def truncate(cache: DynamicCache, length: int) -> None:
+    """Keep the first `length` cached tokens (transformers 5's crop takes a negative count to
+    drop)."""
+    extra = cache_length(cache) - length
+    assert extra >= 0, f"cache holds {cache_length(cache)} tokens, cannot grow it to {length}"
+    if extra:
+        cache.crop(-extra)
+
+
+def keep_span(cache: DynamicCache, length: int, span_start: int, span_length: int) -> None:
+    """Keep the first `length` tokens followed by the `span_length` rows that start at `span_start`.
+
+    Used when the target accepts a branch: the branch's rows sit after the trunk and the other
+    branches, and must move right behind the trunk before everything else is dropped.
+    """
+    assert span_start >= length
+    if span_length and span_start != length:
+        for layer in cache.layers:
+            # (B, heads, T, head_dim): clone the source, the two ranges may overlap.
+            layer.keys[..., length : length + span_length, :] = layer.keys[
+                ..., span_start : span_start + span_length, :
+            ].clone()
+            layer.values[..., length : length + span_length, :] = layer.values[
+                ..., span_start : span_start + span_length, :
+            ].clone()
+    truncate(cache, length + span_length)

@@ -1,4 +1,5 @@
-"""The draft's trunk, phrase by phrase, and its other likely choices where it hesitated."""
+"""The draft model as the drafters run it (DraftRunner: the model and its KV cache), and the draft's
+trunk, phrase by phrase, with its other likely choices where it hesitated."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import OuroborosConfig
-from .draft_runner import DraftRunner
 from .events import Source
 from .fitted import (
     ALTERNATIVES,
@@ -22,7 +22,76 @@ from .fitted import (
 from .phrases import Lookahead, PoolPhrases
 from .proposal import Branches, StepContext, StepOutcome
 from .sampling import Sampler, draft_guesses
-from .tree import DraftTree, walk
+from .tree import DraftTree, forward_tree, new_cache, truncate, walk
+
+
+def shared_prefix(a: list, b: list, limit: int) -> int:
+    """How many leading items a and b share, at most `limit`: lists compared a slice at a time (a
+    draft forward extends what the last one fed, so the whole span usually matches at once), halving
+    the span on a mismatch."""
+    if a[:limit] == b[:limit]:
+        return limit
+    low, high = 0, limit  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+# The most tokens of a prompt the draft reads: the last ones. A draft guesses the next words from
+# the last few sentences; reading a long prompt whole cost its prefill a second of a 2,800-token
+# request's race on the CPU, and more attention in every later forward (docs/BENCHMARKS.md, *Long
+# requests*). Lookup still copies from the whole text.
+DRAFT_CONTEXT = 512
+
+
+class DraftRunner:
+    """The draft model and its KV cache, kept a prefix of whatever sequence it is asked to
+    extend, from the last `context` tokens of the first sequence on."""
+
+    def __init__(self, model, context: int = DRAFT_CONTEXT):
+        self.model = model  # a transformers model, or the LeanDecoder that wraps it
+        self.cache = new_cache(model)
+        self.fed: list[int] = []  # tokens whose keys and values are in the cache
+        self.vocab = model.get_input_embeddings().num_embeddings
+        self.context = context
+        self.start: int | None = None  # where the draft's reading begins, set by the first call
+        # A draft that reads the target's state (a LeanDecoder with a projection): the length of
+        # the text the state follows, and the state (see follow).
+        self.reads_state = getattr(model, "projection", None) is not None
+        self.state: tuple[int, torch.Tensor] | None = None
+
+    def follow(self, committed: list[int], state: torch.Tensor | None) -> None:
+        """The target's final state one position before the newest committed token (the input
+        its output layer read to choose that token): the next forward after exactly `committed`
+        adds its projection to that token's row, which guesses the token after."""
+        self.state = (len(committed), state) if self.reads_state and state is not None else None
+
+    def readable(self, tokens) -> bool:
+        """Whether the draft has an embedding for every token (a target may pad its vocabulary past
+        it)."""
+        return all(token < self.vocab for token in tokens)
+
+    def forward(self, sequence: list[int], extra_rows: DraftTree | None = None) -> torch.Tensor:
+        """Logits after `sequence` and at every row of `extra_rows` (DraftTree.extra_rows: rows past
+        the sequence, or in place of its last token); the cache keeps `sequence` alone."""
+        state = None
+        if self.state is not None and self.state[0] == len(sequence):
+            state = self.state[1]
+        if self.start is None:
+            self.start = max(0, len(sequence) - self.context)
+        if self.start:
+            sequence = sequence[self.start :]  # only a long prompt's runner copies the list
+        # Feed one token at least.
+        common = shared_prefix(self.fed, sequence, min(len(self.fed), len(sequence) - 1))
+        truncate(self.cache, common)
+        logits = forward_tree(self.model, self.cache, sequence[common:], extra_rows, state)
+        truncate(self.cache, len(sequence))
+        self.fed = list(sequence)
+        return logits
 
 
 def guess_chances(keyed: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -83,15 +152,16 @@ class TrunkBuilder:
     choices: dict[int, set[int]] = field(default_factory=dict)
     alternatives: list[Alternative] = field(default_factory=list)
 
-    def siblings_to_ride(self, above: float) -> list[Alternative]:
-        """The alternatives to the trunk's last token likely enough to ride in the next forward."""
+    def alternatives_to_extend(self, above: float) -> list[Alternative]:
+        """The alternatives to the trunk's last token likely enough to go in the next forward, where
+        the draft guesses the token after each."""
         last = len(self.tokens) - 1
         return [a for a in self.alternatives if a.at == last and a.chance > above]
 
-    def extend(self, step: DraftStep, riding: list[Alternative], above: float) -> None:
-        # The draft's guess after a riding alternative is a second token for its branch, kept where
-        # the two together are likely enough.
-        for alternative, (token, p) in zip(riding, step.follow):
+    def extend(self, step: DraftStep, extending: list[Alternative], above: float) -> None:
+        # The draft's guess after an alternative it extended is a second token for its branch, kept
+        # where the two together are likely enough.
+        for alternative, (token, p) in zip(extending, step.follow):
             if alternative.chance * p > above:
                 alternative.tokens = alternative.tokens + [token]
         # An alternative is walked only where the trunk before it stood: weigh it by that chance
@@ -174,16 +244,16 @@ class DraftTrunk:
         cfg, limit = self.config, step.limit
         want = 0 if step.copying else min(cfg.gamma, limit)
         most = 0 if step.copying else min(max(cfg.max_trunk, want), limit)
-        growing, sure = TrunkBuilder(list(step.committed)), True
-        while len(growing.tokens) < want or (sure and len(growing.tokens) < most):
-            riding = growing.siblings_to_ride(cfg.second_above)
+        builder, sure = TrunkBuilder(list(step.committed)), True
+        while len(builder.tokens) < want or (sure and len(builder.tokens) < most):
+            extending = builder.alternatives_to_extend(cfg.second_above)
             step = self._draft_forward(
-                growing.sequence, [alternative.tokens[0] for alternative in riding]
+                builder.sequence, [alternative.tokens[0] for alternative in extending]
             )
-            growing.extend(step, riding, cfg.second_above)
-            sure = self._goes_on(step.first_p, growing.chance)
+            builder.extend(step, extending, cfg.second_above)
+            sure = self._goes_on(step.first_p, builder.chance)
         spare_above = cfg.fill_above if cfg.free_rows else 1.0
-        return growing.trunk(limit, cfg.second_above, self.name, spare_above)
+        return builder.trunk(limit, cfg.second_above, self.name, spare_above)
 
     def _goes_on(self, first_p: float, chance: float) -> bool:
         if self.sampler.greedy:
@@ -207,12 +277,12 @@ class DraftTrunk:
         ]
         columns = self.window.columns(room)  # column i sits i positions further on
         phrases = [phrase for phrase, _ in candidates]
-        riders = DraftTree.riders(columns, phrases, siblings)
-        logits = self.runner.forward(sequence, riders)
+        extra_rows = DraftTree.extra_rows(columns, phrases, siblings)
+        logits = self.runner.forward(sequence, extra_rows)
         # only a sampled guess is keyed on its position
-        positions = [] if self.sampler.greedy else riders.row_positions(len(sequence))
+        positions = [] if self.sampler.greedy else extra_rows.row_positions(len(sequence))
         scores, ids, guesses = self._guesses(logits, positions)
-        starts = [riders.branch_row(b) for b in range(len(riders.branches))]
+        starts = [extra_rows.branch_row(b) for b in range(len(extra_rows.branches))]
         if columns:
             self.window.advance([guesses[s + len(c) - 1] for s, c in zip(starts, columns)])
         starts = starts[len(columns) :]

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .sampling import keyed_scores, position_noise
-from .verify import input_device
+from .tree import input_device
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 # The check's own forward (prompt and common prefix in one pass) has a third shape, so its scores
@@ -227,7 +227,7 @@ def shape_spread(target, prefix: torch.Tensor, row: torch.Tensor) -> float:
     """The most any score (V,) of `row`, the check's scores after `prefix` (T,), moves when the
     same position comes from a one-token forward over a cache of the rest (plain decoding's
     shape)."""
-    from .cache import new_cache
+    from .tree import new_cache
 
     cache = new_cache(target)
     if len(prefix) > 1:

@@ -19,7 +19,7 @@ import torch
 import ouroboros_core.decode as decode_module
 from engine_checks import PROMPTS, REPETITIVE_PROMPTS, check_events
 from ouroboros_core import Engine, load_engine
-from ouroboros_core.cache import cache_length
+from ouroboros_core.tree import cache_length
 from ouroboros_core.sampling import position_noise
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

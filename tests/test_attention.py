@@ -11,10 +11,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from ouroboros_core import Engine
 from ouroboros_core.attention import NAME, tree_sdpa, use_tree_attention
-from ouroboros_core.cache import cache_length, new_cache, truncate
+from ouroboros_core.tree import DraftTree, cache_length, forward_tree, new_cache, truncate
 from ouroboros_core.packed import unpacked
-from ouroboros_core.tree import DraftTree
-from ouroboros_core.verify import forward_tree
 
 
 class Grouped(torch.nn.Module):

@@ -5,9 +5,14 @@ import pytest
 import torch
 
 from conftest import ARCHITECTURES, build_model
-from ouroboros_core.cache import cache_length, keep_span, new_cache, truncate
-from ouroboros_core.tree import DraftTree
-from ouroboros_core.verify import forward_tree
+from ouroboros_core.tree import (
+    DraftTree,
+    cache_length,
+    forward_tree,
+    keep_span,
+    new_cache,
+    truncate,
+)
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 

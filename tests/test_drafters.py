@@ -11,7 +11,7 @@ from ouroboros_core.config import OuroborosConfig, SpeculativeConfig
 from ouroboros_core.drafters import Ouroboros, Speculative, Vanilla
 from ouroboros_core.events import Source
 from ouroboros_core.lookup import ContextLookup, StoredLookup
-from ouroboros_core.pool import PhrasePool
+from ouroboros_core.phrases import PhrasePool
 from ouroboros_core.proposal import Branches, Copy, Proposal, StepOutcome
 from ouroboros_core.sampling import Sampler
 from ouroboros_core.tree import Acceptance
@@ -138,7 +138,7 @@ COMMITTED = [1, 2, 5, 9, 10, 11, 3, 1, 2]
 
 
 class Answers:
-    """A stored-answers store (answers.AnswerStore's walk) that always walks the same tokens."""
+    """A stored-answers store (lookup.AnswerStore's walk) that always walks the same tokens."""
 
     def __init__(self, walked: list[int], matched: int):
         self.walked, self.matched, self.asked = walked, matched, []

@@ -9,7 +9,7 @@ import pytest
 
 from engine_checks import N, PROMPTS, REPETITIVE_PROMPTS, ids, run
 from ouroboros_core import DoneEvent, StepEvent
-from ouroboros_core.pieces import TextPieces
+from ouroboros_core.decode import TextPieces
 
 # --- text pieces ----------------------------------------------------------------------------------
 

@@ -36,9 +36,7 @@ from gpu_checks import (
     same_device,
 )
 from ouroboros_core import Engine, load_engine
-from ouroboros_core.cache import new_cache
-from ouroboros_core.tree import DraftTree
-from ouroboros_core.verify import forward_tree
+from ouroboros_core.tree import DraftTree, forward_tree, new_cache
 from pairs import save_tiny_pair
 
 DEVICE = os.environ.get("OUROBOROS_GPU_TEST_DEVICE", "cuda")

@@ -8,11 +8,9 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from conftest import build_model
-from ouroboros_core.cache import new_cache, truncate
-from ouroboros_core.draft_runner import DraftRunner
+from ouroboros_core.tree import DraftTree, forward_tree, new_cache, truncate
+from ouroboros_core.trunk import DraftRunner
 from ouroboros_core.lean import NARROW_ROWS, LeanCache, LeanDecoder, lean_draft
-from ouroboros_core.tree import DraftTree
-from ouroboros_core.verify import forward_tree
 
 LLAMA_FAMILY = ("llama", "qwen2", "mistral")
 # Rows fed to one draft forward: up to NARROW_ROWS its layers read int8 weights, at 12 and 17 (and
@@ -109,8 +107,8 @@ def draft_forwards(model, text: list[int], prompt: int = 24) -> list[tuple[int, 
         sequence = text[: len(sequence) + 1]
         after = text[len(sequence) : len(sequence) + width - 1]
         branches = [b for b in (after[: width // 2], after[width // 2 :]) if b]
-        riders = DraftTree.of([], branches, offsets=[0, 1][: len(branches)])
-        out.append((width, width, runner.forward(sequence, riders)))
+        extra_rows = DraftTree.of([], branches, offsets=[0, 1][: len(branches)])
+        out.append((width, width, runner.forward(sequence, extra_rows)))
     return out
 
 

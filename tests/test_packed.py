@@ -11,8 +11,7 @@ from transformers import DynamicCache
 
 from conftest import build_model
 from ouroboros_core.packed import PackedLinear, pack_linears, unpacked
-from ouroboros_core.tree import DraftTree
-from ouroboros_core.verify import forward_tree
+from ouroboros_core.tree import DraftTree, forward_tree
 
 ROWS = (1, 2, 5, 17)  # a vanilla step, small and wide verifications, beyond the packing's row count
 

@@ -4,7 +4,7 @@ that completes it, and the unfinished end handed out once by take_rest."""
 
 from __future__ import annotations
 
-from ouroboros_core.pieces import TextPieces
+from ouroboros_core.decode import TextPieces
 
 EOS = 0
 SPLIT_CJK = "中".encode()  # three bytes

@@ -5,7 +5,7 @@ from ouroboros_core.config import OuroborosConfig
 from ouroboros_core.events import Source
 from ouroboros_core.lookup import COPY_RUN, ContextLookup
 from ouroboros_core.phrases import PoolPhrases
-from ouroboros_core.pool import PhrasePool
+from ouroboros_core.phrases import PhrasePool
 from ouroboros_core.proposal import Branches, Copy, Proposal, StepContext, StepOutcome
 from ouroboros_core.tree import Acceptance
 from ouroboros_core.trunk import Alternative, DraftTrunk, SpareChoices, Trunk

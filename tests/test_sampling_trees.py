@@ -9,7 +9,7 @@ branch and a pool phrase) is read in every run, and with gamma 3 the lookup bran
 inside a rejected trunk in about 38% of runs. Power against bugs patched into the loop, estimated
 from 3000 runs of each (noncentral chi-square, with the estimate's own noise taken out of the
 noncentrality): reading a shared node from each branch's own sample (the bias the shared-node rule
-in verify.py prevents), 0.9998 (noncentrality 67 at df 9); reading a node from a branch that
+in tree.walk prevents), 0.9998 (noncentrality 67 at df 9); reading a node from a branch that
 already died, 1.0; accepting a branch's first token without comparing it with the sample, 1.0
 (both cases); laying out a branch that hangs inside the trunk after the whole trunk, 1.0 (1.4% of
 runs return a sequence outside the target's nucleus; the chi-square alone would catch it 12% of

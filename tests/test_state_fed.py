@@ -1,5 +1,5 @@
 """A draft that reads the target's state (models.STATE_PROJECTION): the target's output layer's
-input as verify.StateTap keeps it, the lean forward adding its projection to the first kept row, the
+input as tree.StateTap keeps it, the lean forward adding its projection to the first kept row, the
 runner handing it over only to the forward it belongs to, the engine lossless with it, and a
 projection that does not fit refused at load."""
 
@@ -13,7 +13,7 @@ import torch
 from conftest import build_model, noisy_copy
 
 from ouroboros_core import Engine
-from ouroboros_core.cache import new_cache
+from ouroboros_core.tree import new_cache
 from ouroboros_core.lean import lean_draft
 from ouroboros_core.load_report import LoadError
 from ouroboros_core.models import (
@@ -22,8 +22,7 @@ from ouroboros_core.models import (
     load_model,
     read_projection,
 )
-from ouroboros_core.tree import DraftTree
-from ouroboros_core.verify import StateTap, forward_tree
+from ouroboros_core.tree import DraftTree, StateTap, forward_tree
 
 PROMPT = "def add(a, b):\n    return"
 
@@ -68,7 +67,7 @@ def test_the_lean_forward_adds_the_projected_state_to_the_first_kept_row_alone(e
 
 
 def test_the_runner_hands_the_state_only_to_the_forward_after_the_text_it_follows(eos_id):
-    from ouroboros_core.draft_runner import DraftRunner
+    from ouroboros_core.trunk import DraftRunner
 
     draft = state_fed(build_model("llama", eos_id, seed=3))
     runner = DraftRunner(lean_draft(draft, exact=True))
@@ -110,7 +109,7 @@ def test_a_state_fed_draft_changes_what_is_drafted_never_what_is_written(
 def test_the_state_handed_over_is_the_targets_one_position_before_the_newest_token(
     eos_id, tokenizer, monkeypatch
 ):
-    from ouroboros_core.draft_runner import DraftRunner
+    from ouroboros_core.trunk import DraftRunner
 
     target = build_model("llama", eos_id, seed=2)
     engine = Engine(target, state_fed(noisy_copy(target, 0.015, seed=100)), tokenizer)

@@ -191,13 +191,15 @@ def test_kept_rows_move_the_walked_branch_behind_the_kept_trunk():
     assert tree.kept_rows(Acceptance(2, 0, 1, 0)) == (2, 2, 1)
 
 
-def test_riders_stand_in_for_the_last_token_and_columns_sit_further_on():
-    riders = DraftTree.riders(columns=[[10, 11], [12]], phrases=[[13, 14]], stand_ins=[15, 16])
-    assert riders.trunk == () and riders.attach == (0, 0, 0, STANDS_IN, STANDS_IN)
-    assert riders.offsets == (0, 1, 0, 0, 0)
+def test_extra_rows_stand_in_for_the_last_token_and_columns_sit_further_on():
+    extra_rows = DraftTree.extra_rows(
+        columns=[[10, 11], [12]], phrases=[[13, 14]], stand_ins=[15, 16]
+    )
+    assert extra_rows.trunk == () and extra_rows.attach == (0, 0, 0, STANDS_IN, STANDS_IN)
+    assert extra_rows.offsets == (0, 1, 0, 0, 0)
     # 7 tokens in the sequence: its next token is at 7; a stand-in's row guesses that same place
-    assert riders.row_positions(7) == [7, 8, 9, 9, 8, 9, 7, 7]
-    positions, mask = riders.layout(2, 5, torch.float32, "cpu")
+    assert extra_rows.row_positions(7) == [7, 8, 9, 9, 8, 9, 7, 7]
+    positions, mask = extra_rows.layout(2, 5, torch.float32, "cpu")
     # pending 5, 6; the columns from 7 (the second one place further), the stand-ins at 6
     assert positions.tolist() == [[5, 6, 7, 8, 8, 7, 8, 6, 6]]
     allowed = (mask[0, 0] == 0).int().tolist()

@@ -1,13 +1,14 @@
 """LookupTrust on its own: what one verdict adds to its counts, and how many of a copy's tokens it
-trusts from those counts and the fitted prior (tests/test_pool.py follows it through a request)."""
+trusts from those counts and the fitted prior (tests/test_phrases.py follows it through a
+request)."""
 
 from __future__ import annotations
 
 import pytest
 
-import ouroboros_core.trust as trust_module
+import ouroboros_core.proposal as trust_module
 from ouroboros_core.fitted import TRUST_PRIOR
-from ouroboros_core.trust import LookupTrust
+from ouroboros_core.proposal import LookupTrust
 
 
 def test_the_counts_hold_one_row_per_matched_length_up_to_the_longest_and_start_at_zero():

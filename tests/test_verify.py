@@ -5,9 +5,7 @@ import pytest
 import torch
 
 from conftest import ARCHITECTURES, build_model
-from ouroboros_core.cache import cache_length, new_cache
-from ouroboros_core.tree import DraftTree
-from ouroboros_core.verify import forward_tree
+from ouroboros_core.tree import DraftTree, cache_length, forward_tree, new_cache
 
 
 # --- one tree forward == plain sequential forwards ------------------------------------------------
@@ -106,7 +104,7 @@ def test_a_long_prompt_before_a_tree_runs_unmasked_and_only_the_tree_is_masked(
 
     model.forward = recording
     prompt = list(range(3, 40))
-    monkeypatch.setattr("ouroboros_core.verify.PLAIN_RUN", 16)  # a "long" prompt for this model
+    monkeypatch.setattr("ouroboros_core.tree.PLAIN_RUN", 16)  # a "long" prompt for this model
     try:
         logits = forward_tree(
             model, new_cache(model), prompt, DraftTree.of([11, 12], [[21], [31, 32]])

@@ -81,9 +81,10 @@ def pair_settings(engine=None) -> dict:
 
 
 def has_store(engine=None) -> bool:
-    """Whether the pair's draft carries the target's stored answers (answers.py): the loaded one's,
-    else (while loading) the host's preset's, where its draft is a folder of this project."""
-    from ouroboros_core.answers import ANSWERS_FILE
+    """Whether the pair's draft carries the target's stored answers (lookup.AnswerStore): the
+    loaded one's, else (while loading) the host's preset's, where its draft is a folder of this
+    project."""
+    from ouroboros_core.lookup import ANSWERS_FILE
 
     if engine is not None:
         return getattr(engine.draft, "answer_store", None) is not None

@@ -31,7 +31,7 @@ def legend_html(settings: dict, stored: bool = False) -> str:
     only the sources it can show. The pool is read only as branches (k) or inside the draft's
     forward (draft candidates); without the lookahead window (W) it holds little but the target's
     tokens over rejected drafts, and seldom pays. stored: the pair's draft carries the target's
-    answers (answers.py), which lookup walks too."""
+    answers (lookup.AnswerStore), which lookup walks too."""
 
     def positive(name: str) -> bool:
         value = settings.get(name)

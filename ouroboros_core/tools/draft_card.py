@@ -14,7 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ouroboros_core.answers import ANSWERS_FILE, read_store
+from ouroboros_core.lookup import ANSWERS_FILE, read_store
 
 DRAFT = Path(__file__).resolve().parents[2] / "assets" / "models" / "smollm2-draft"
 
@@ -127,7 +127,7 @@ little, so its acceptance there may be a little lower).
 - **Stored answers** (`answers.json`, {stored_tokens:,} tokens): the target's answers to
   {stored_answers:,} training requests, each after its request's last 4 tokens, which the engine's
   lookup walks (what they most often wrote after the text's last 2-4 tokens:
-  `ouroboros_core/answers.py`); none is a held-out request.
+  `ouroboros_core/lookup.py`); none is a held-out request.
 - **Latency ratio** target/draft one-token forward: {ratio}x with transformers, {lean_ratio}x as
   the engine runs the draft. Measured on {machine}.
 

@@ -1,5 +1,5 @@
 """What a trained draft's folder holds besides its weights (train_draft): its vocabulary
-(models.DRAFT_VOCABULARY) and the target's answers its store walks (answers.ANSWERS_FILE)."""
+(models.DRAFT_VOCABULARY) and the target's answers its store walks (lookup.ANSWERS_FILE)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,11 @@ def write_vocabulary(ids: list[int], out: Path) -> int:
 
 
 def write_answers(rows: list[dict], out: Path, start: str = "") -> int:
-    """The target's answers the draft learned from, as the store lookup walks (answers.py): each
-    answer after the last tokens of its request (the chat template's turn marks, which its first
-    tokens follow), after the store of the draft training went on from. Returns their tokens."""
-    from ouroboros_core.answers import ANSWERS_FILE
+    """The target's answers the draft learned from, as the store lookup walks
+    (lookup.AnswerStore): each answer after the last tokens of its request (the chat template's
+    turn marks, which its first tokens follow), after the store of the draft training went on
+    from. Returns their tokens."""
+    from ouroboros_core.lookup import ANSWERS_FILE
 
     earlier = Path(start) / ANSWERS_FILE if start else None
     answers = json.loads(earlier.read_text())["answers"] if earlier and earlier.is_file() else []
@@ -60,7 +61,7 @@ def write_answers(rows: list[dict], out: Path, start: str = "") -> int:
 
 def stored_form(row: dict) -> list[int]:
     """A row's answer as the store holds it: after the last tokens of its request."""
-    from ouroboros_core.answers import ORDERS
+    from ouroboros_core.lookup import ORDERS
 
     return row["ids"][max(0, row["prompt_tokens"] - ORDERS[0]) :]
 
@@ -69,7 +70,7 @@ def store_rows(folder: Path) -> list[dict]:
     """A draft folder's stored answers (answers.json) as training rows: each answer after the last
     tokens of its request, the only context the store kept; marked stored, so they are not stored
     twice."""
-    from ouroboros_core.answers import ANSWERS_FILE, ORDERS
+    from ouroboros_core.lookup import ANSWERS_FILE, ORDERS
 
     answers = json.loads((folder / ANSWERS_FILE).read_text())["answers"]
     return [

@@ -24,9 +24,7 @@ ROWS = (1, 2, 4, 8, 12, 16)
 def timed_forward(model, cache, past: int, rows: int, generator) -> float:
     import torch
 
-    from ouroboros_core.cache import truncate
-    from ouroboros_core.tree import DraftTree
-    from ouroboros_core.verify import forward_tree
+    from ouroboros_core.tree import DraftTree, forward_tree, truncate
 
     tokens = torch.randint(0, model.config.vocab_size, (rows,), generator=generator).tolist()
     started = time.perf_counter()

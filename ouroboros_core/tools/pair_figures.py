@@ -115,7 +115,7 @@ def one_token_latency_ms(
     the same machine state (a 2-core CPU drifts by tens of percent over a minute). The first round
     warms up.
     """
-    from ..cache import new_cache, truncate
+    from ..tree import new_cache, truncate
 
     caches, ids, times = {}, {}, {name: [] for name in models}
     for name, model in models.items():

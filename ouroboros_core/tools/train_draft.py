@@ -310,7 +310,7 @@ def main(argv=None) -> None:
     if args.answers_only:
         if not (args.out / "config.json").is_file():
             parser.error(f"--out {args.out}: no draft there (its config.json is missing)")
-        from ouroboros_core.answers import ANSWERS_FILE
+        from ouroboros_core.lookup import ANSWERS_FILE
 
         rows = load_rows(args.samples)
         tokens = write_answers(rows, args.out)

@@ -1,4 +1,4 @@
-"""The draft's runner (ouroboros_core/draft_runner.py): its cache stays a prefix of what it is asked
+"""The draft's runner (trunk.DraftRunner): its cache stays a prefix of what it is asked
 to extend, and a long prompt is read from its last tokens only."""
 
 from __future__ import annotations
@@ -7,9 +7,8 @@ import pytest
 import torch
 from conftest import build_model
 
-from ouroboros_core.cache import cache_length
-from ouroboros_core.tree import DraftTree
-from ouroboros_core.draft_runner import DraftRunner, shared_prefix
+from ouroboros_core.tree import DraftTree, cache_length
+from ouroboros_core.trunk import DraftRunner, shared_prefix
 
 
 @pytest.fixture(scope="module")

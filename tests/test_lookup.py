@@ -1,5 +1,6 @@
-"""The target's stored answers as drafts: the store walks what they most often wrote next, loads
-from a draft's folder, and a race that walks it stays the target's own decoding."""
+"""The target's stored answers as drafts (lookup.AnswerStore, lookup.StoredLookup): the store
+walks what they most often wrote next, loads from a draft's folder, and a race that walks it stays
+the target's own decoding."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from conftest import reference_ids
 from ouroboros_core import LoadError, load_engine
-from ouroboros_core.answers import ANSWERS_FILE, AnswerStore, read_store
+from ouroboros_core.lookup import ANSWERS_FILE, AnswerStore, read_store
 from ouroboros_core.models import ASSETS, load_model
 
 PROMPT = 'def count_words(text):\n    """Return how many words the text holds."""\n'

@@ -1,7 +1,9 @@
-"""The phrase pool: newest first, re-insertion, per-key and global bounds, n-gram filling."""
+"""The phrase pool (phrases.PhrasePool): newest first, re-insertion, per-key and global bounds,
+n-gram filling; then, through requests, context lookup's matches, the trust copies and pool phrases
+are cut by, and a verdict read against its own proposal."""
 
 from ouroboros_core.events import Source
-from ouroboros_core.pool import PhrasePool
+from ouroboros_core.phrases import PhrasePool
 
 
 def phrases(pool, key, k=100):
@@ -120,7 +122,7 @@ def test_context_lookup_prefers_the_occurrence_that_matches_more_of_the_tail():
 
 
 def test_lookup_trust_learns_how_far_copies_stand_by_how_much_they_matched():
-    from ouroboros_core.trust import LookupTrust
+    from ouroboros_core.proposal import LookupTrust
 
     trust = LookupTrust(longest=4, length=12)
     # Untried, a copy is trusted (80% a token): all 12 tokens while reached for sure, fewer when
@@ -244,7 +246,7 @@ def test_sampled_pool_phrases_are_cut_to_how_far_this_requests_pool_phrases_stoo
 def test_shared_prefix_finds_the_first_difference_within_the_limit():
     import random
 
-    from ouroboros_core.draft_runner import shared_prefix
+    from ouroboros_core.trunk import shared_prefix
 
     rng = random.Random(0)
     for _ in range(500):
