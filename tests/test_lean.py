@@ -1,5 +1,5 @@
 """The lean draft forward: the draft model's own logits, in every way the drafters call it, or not
-used at all. Its int8 narrow forwards: test_lean_int8."""
+used at all. Its int8 narrow forwards: test_int8."""
 
 from __future__ import annotations
 
