@@ -166,9 +166,9 @@ def walk(tree: DraftTree, trunk_tokens: list[int], branch_tokens: list[list[int]
 
 # --- the target's forward over a tree ---
 
-# Pending tokens past which the run goes through the plain forward before the tree: on the 2-core
-# CPU the split cost 45-60 ms more below 300 tokens and broke even near 600 (docs/BENCHMARKS.md,
-# *Long requests*).
+# Pending tokens past which the run goes through the plain forward before the tree: the split is a
+# second forward, which a short run's masked scores cost less than (where it breaks even:
+# docs/BENCHMARKS.md, *Long requests*).
 PLAIN_RUN = 512
 
 

@@ -42,9 +42,9 @@ def shared_prefix(a: list, b: list, limit: int) -> int:
 
 
 # The most tokens of a prompt the draft reads: the last ones. A draft guesses the next words from
-# the last few sentences; reading a long prompt whole cost its prefill a second of a 2,800-token
-# request's race on the CPU, and more attention in every later forward (docs/BENCHMARKS.md, *Long
-# requests*). Lookup still copies from the whole text.
+# the last few sentences; reading a long prompt whole slows its prefill and every later forward's
+# attention without better guesses (docs/BENCHMARKS.md, *Long requests*). Lookup still copies from
+# the whole text.
 DRAFT_CONTEXT = 512
 
 
