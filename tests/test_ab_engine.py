@@ -110,3 +110,30 @@ def test_ab_engine_samples_both_revisions_with_the_same_seeds(tmp_path):
     report = json.loads(out.read_text())
     assert report["sampling"] == {"temperature": 0.8, "top_p": 0.95, "seed": 3}
     assert report["methods"]["ouroboros"]["runs"] == 2
+
+
+def test_ab_engine_on_the_broad_requests_reports_each_kind(tmp_path):
+    """--broad races the broad held-out requests, kinds taking turns, and gives old/new per kind."""
+    out = tmp_path / "ab.json"
+    done = ab_engine(
+        "--target",
+        "demo",
+        "--rev",
+        "HEAD",
+        "--broad",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--rounds",
+        "1",
+        "--methods",
+        "ouroboros",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["prompt_set"] == "broad" and report["prompts"] == 2
+    kinds = report["methods"]["ouroboros"]["old_over_new_by_kind"]
+    assert sorted(kinds) == ["roleplay", "writing"] and all(ratio > 0 for ratio in kinds.values())

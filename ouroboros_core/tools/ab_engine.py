@@ -4,6 +4,8 @@ prompts.
     python3 -m ouroboros_core.tools.ab_engine --rev 68a2132 --out docs/bench-runs/layout-ab.json
     # a draft against its successor:
     python3 -m ouroboros_core.tools.ab_engine --rev HEAD --old-draft RUN/draft
+    # on what visitors ask (the broad held-out requests), old/new per kind too:
+    python3 -m ouroboros_core.tools.ab_engine --rev HEAD --old-draft RUN/draft --broad --limit 26
 
 Separate benchmark runs drift with the machine; here the two engines alternate prompt by prompt (the
 order flips every prompt and round), share the loaded target and draft, and must write the same
@@ -26,7 +28,7 @@ from io import BytesIO
 from pathlib import Path
 
 from ..models import load_engine, load_model
-from .bench import humaneval_prompts
+from .bench import broad_requests, humaneval_prompts
 from .corpus import heldout_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,9 +54,10 @@ def alternate(
     max_new_tokens: int,
     rounds: int,
     sampling: dict | None = None,
+    kinds: list[str] | None = None,
 ) -> dict:
     """sampling: temperature, top_p and a first seed; prompt i samples with seed + i in both
-    revisions."""
+    revisions. kinds: each prompt's kind, for the ratio per kind."""
     seconds = {name: [] for name in engines}
     # target forwards, first round: equal where drafting did not change
     forwards = {name: 0 for name in engines}
@@ -73,13 +76,25 @@ def alternate(
                 f"the two revisions write different tokens on prompt {index}"
             )
     ratios = [old / new for old, new in zip(seconds["old"], seconds["new"])]
-    return {
+    result = {
         "old_over_new_total": round(sum(seconds["old"]) / sum(seconds["new"]), 4),
         "old_over_new_median": round(statistics.median(ratios), 4),
         "runs": len(ratios),
         "forwards": forwards,
         "seconds": {name: [round(s, 4) for s in values] for name, values in seconds.items()},
     }
+    if kinds:
+        result["old_over_new_by_kind"] = by_kind(seconds, kinds * rounds)
+    return result
+
+
+def by_kind(seconds: dict, kinds: list[str]) -> dict:
+    """Old time over new time per kind of prompt (kinds: each run's, in the runs' order)."""
+    totals: dict[str, list[float]] = {}
+    for kind, old, new in zip(kinds, seconds["old"], seconds["new"]):
+        pair = totals.setdefault(kind, [0.0, 0.0])
+        pair[0], pair[1] = pair[0] + old, pair[1] + new
+    return {kind: round(old / new, 4) for kind, (old, new) in sorted(totals.items())}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,10 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=20,
         help="how many prompts (HumanEval, or held-out with --heldout)",
     )
-    parser.add_argument(
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument(
         "--heldout",
         action="store_true",
         help="prompts from held-out Python (the bench's --heldout set) instead of HumanEval",
+    )
+    chosen.add_argument(
+        "--broad",
+        action="store_true",
+        help="the broad held-out chat requests (the bench's --broad set, kinds taking turns), with "
+        "old/new per kind",
     )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
@@ -135,13 +157,19 @@ def old_engine(args: argparse.Namespace, base, old_draft, folder: Path):
     )
 
 
+def prompt_items(args: argparse.Namespace) -> list[dict]:
+    if args.broad:
+        return broad_requests(args.limit)
+    return (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)
+
+
 def compare(args: argparse.Namespace, engines: dict, sampling: dict | None) -> dict:
     """Every method of --methods alternated between the two engines; the report, printed as it
     goes."""
-    prompts = [
-        item["prompt"]
-        for item in (heldout_prompts if args.heldout else humaneval_prompts)(args.limit)
-    ]
+    items = prompt_items(args)
+    prompts, kinds = [item["prompt"] for item in items], None
+    if args.broad:
+        kinds = [item["kind"] for item in items]
     for engine in engines.values():
         engine.generate(prompts[0], "ouroboros", 16)  # warm-up
     report = {
@@ -150,7 +178,7 @@ def compare(args: argparse.Namespace, engines: dict, sampling: dict | None) -> d
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip(),
         "prompts": len(prompts),
-        "prompt_set": "heldout" if args.heldout else "humaneval",
+        "prompt_set": "broad" if args.broad else "heldout" if args.heldout else "humaneval",
         "max_new_tokens": args.max_new_tokens,
         "sampling": sampling,
         "old_draft": str(args.old_draft) if args.old_draft else None,
@@ -158,7 +186,7 @@ def compare(args: argparse.Namespace, engines: dict, sampling: dict | None) -> d
     }
     for method in args.methods.split(","):
         report["methods"][method] = alternate(
-            engines, prompts, method, args.max_new_tokens, args.rounds, sampling
+            engines, prompts, method, args.max_new_tokens, args.rounds, sampling, kinds
         )
         result = report["methods"][method]
         print(

@@ -101,16 +101,18 @@ def save_projection(draft, out: Path) -> None:
     save_file({"weight": weight}, out / STATE_PROJECTION)
 
 
-def with_states(rows: list[dict], folder: Path, log=print) -> list[dict]:
+def with_states(rows: list[dict], folder: Path, log=print, keep_all: bool = False) -> list[dict]:
     """The rows of one answers file (in the file's order) that have their states in `folder`,
-    those states added; says how many are left out for want of them."""
+    those states added; says how many are left out for want of them. keep_all keeps those too:
+    they train without a state, as a step's later guesses run."""
     if not folder.is_dir():
         raise SystemExit(f"{folder}: no states there (make them with {__name__})")
     read_states(folder, rows)
     kept = [row for row in rows if "states" in row]
     if len(kept) < len(rows):
-        log(f"{len(rows) - len(kept)} of {len(rows)} answers have no states in {folder}: left out")
-    return kept
+        fate = "kept, without a state" if keep_all else "left out"
+        log(f"{len(rows) - len(kept)} of {len(rows)} answers have no states in {folder}: {fate}")
+    return rows if keep_all else kept
 
 
 def main() -> None:

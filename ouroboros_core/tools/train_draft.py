@@ -62,6 +62,8 @@ class DraftTraining:
     # file without its suffix): the draft learns to read them through a projection
     states: str = ""
     state_drop: float = 0.2  # the share of answer positions it learns without them
+    # keep the training answers whose states are not written (they learn without one)
+    stateless_too: bool = False
 
 
 def training_rows(cfg: DraftTraining, samples: list[Path], log=print) -> list[dict]:
@@ -77,7 +79,9 @@ def training_rows(cfg: DraftTraining, samples: list[Path], log=print) -> list[di
 def answers_of(cfg: DraftTraining, path: Path, log=print) -> list[dict]:
     """One answers file's rows; with cfg.states, those whose target states are there, with them."""
     rows = load_rows([path])
-    return with_states(rows, Path(cfg.states) / path.stem, log) if cfg.states else rows
+    if not cfg.states:
+        return rows
+    return with_states(rows, Path(cfg.states) / path.stem, log, keep_all=cfg.stateless_too)
 
 
 def lr_at(step: int, steps: int, cfg: DraftTraining) -> float:
@@ -293,6 +297,12 @@ def add_long_run_options(parser: argparse.ArgumentParser) -> None:
         "per answers file): the draft learns to read them (models.STATE_PROJECTION)",
     )
     parser.add_argument(
+        "--stateless-too",
+        action="store_true",
+        help="with --states: keep the answers whose states are not written; they learn without "
+        "one, as a step's later guesses run (default: left out)",
+    )
+    parser.add_argument(
         "--train-embeddings",
         action="store_true",
         help="train the embeddings, and so the tied output layer, too (default: the target's)",
@@ -332,6 +342,7 @@ def main(argv=None) -> None:
         checkpoint_every=args.checkpoint_every,
         train_embeddings=args.train_embeddings,
         states=args.states,
+        stateless_too=args.stateless_too,
     )
     train(cfg, args.samples, args.heldout, args.out)
 
