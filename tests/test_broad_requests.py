@@ -98,3 +98,22 @@ def test_no_training_request_quotes_a_held_out_paragraph():
     train = [r["prompt"] for r in rows("requests-train.jsonl") if r["kind"] in PASSAGE_KINDS]
     held = passages(heldout=True)
     assert not [p for p in held if any(p in prompt for prompt in train)]
+
+
+def test_a_greedy_bench_without_generate_checks_ouroboros_against_the_engines_vanilla():
+    """`--methods vanilla,ouroboros` (no transformers' generate, as `bench --broad` runs fastest):
+    Ouroboros's tokens are still checked, against the engine's vanilla greedy decoding; a method
+    set with neither has nothing to check against and says so (None), not a claim."""
+    from ouroboros_core import load_engine
+    from ouroboros_core.tools.bench import reference_of, run_bench
+
+    assert reference_of(["vanilla", "ouroboros", "hf_greedy"], None) == "hf_greedy"
+    assert reference_of(["vanilla", "ouroboros"], None) == "vanilla"
+    assert reference_of(["hf_greedy", "ouroboros"], {"temperature": 0.7}) is None
+    engine = load_engine("demo", device="cpu", watch_threads=False)
+    prompts = [{"id": "1", "prompt": "def add(a, b):\n"}]
+    report = run_bench(engine, prompts, ["vanilla", "ouroboros"], 12, {}, progress=False)
+    assert report["checked_against"] == "vanilla"
+    ouroboros = report["methods"]["ouroboros"]
+    assert ouroboros["mismatches"] == 0 and ouroboros["float_ties"] == 0
+    assert report["methods"]["vanilla"]["mismatches"] is None  # the reference itself

@@ -230,5 +230,5 @@ def test_answers_without_states_train_without_one_when_kept(setup, monkeypatch):
     summary = train(config, [samples], heldout, tmp / "fed", log=said.append)
     assert "14 of 24 answers have no states" in " ".join(map(str, said))
     assert "kept, without a state" in " ".join(map(str, said))
-    assert summary["answers"] == 24
+    assert summary["answers"] == 24 and summary["answers_with_states"] == 10
     assert fed.count(True) == 10 and fed.count(False) == 14  # one epoch: each answer once

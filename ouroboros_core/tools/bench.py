@@ -171,13 +171,14 @@ def run_bench(
     sampling: dict | None = None,
 ) -> dict:
     """sampling: {temperature, top_p, seed} to sample (prompt i with seed + i, the same for every
-    method), or None. Greedy outputs are checked against transformers' greedy generate; sampled
-    engine outputs against the engine's vanilla ones (the same seed gives the same text),
-    transformers' sampled ones are not (its own sampler)."""
+    method), or None. Greedy outputs are checked against transformers' greedy generate, or the
+    engine's vanilla where generate is not run; sampled engine outputs against the engine's vanilla
+    ones (the same seed gives the same text), transformers' sampled ones are not (its own
+    sampler)."""
     from tqdm import tqdm
 
     runs = {m: MethodRun() for m in methods}
-    reference_method = ("vanilla" if "vanilla" in methods else None) if sampling else REFERENCE
+    reference_method = reference_of(methods, sampling)
     warm_up(engine, prompts[0]["prompt"], methods, max_new_tokens, options, lookup_tokens, sampling)
     pool = engine.new_pool(**pool_options(engine, options)) if WARM in methods else None
     bar = tqdm(
@@ -236,6 +237,15 @@ def warm_up(engine, prompt, methods, max_new_tokens, options, lookup_tokens, sam
             seeded(sampling, 0),
             engine.new_pool() if method == WARM else None,
         )
+
+
+def reference_of(methods: list[str], sampling: dict | None) -> str | None:
+    """The method every engine method's tokens are checked against: greedy, transformers' generate
+    where it runs, else the engine's vanilla (the target's own greedy decoding too); sampled, the
+    engine's vanilla. None where neither runs."""
+    if not sampling and REFERENCE in methods:
+        return REFERENCE
+    return "vanilla" if "vanilla" in methods else None
 
 
 def record(engine, runs, methods, item, outputs, reference_method, sampling) -> None:

@@ -166,15 +166,22 @@ STATE = """
   state one position before, which the step's verification computed, projected and added to its
   own final state before the output layer. Later tokens of the step have no target state yet and
   go without ({without:.1%} agreement without it, below). A loader that ignores the file gets the
-  draft without it."""
+  draft without it.{partial}"""
+
+PARTIAL = """ The latest stage had the target's states for {fed:,} of its {answers:,} answers; the
+  others learned without one (`train_draft --stateless-too`), as a step's later guesses run."""
 
 
-def state_parts(reads_state: bool, last: dict) -> dict:
+def state_parts(reads_state: bool, summary: dict) -> dict:
     """The card's words on the target's state, where the draft reads it."""
     if not reads_state:
         return {"state": "", "after": "after"}
+    fed, answers = summary.get("answers_with_states"), summary["answers"]
+    partial = PARTIAL.format(fed=fed, answers=answers) if fed and fed < answers else ""
     return {
-        "state": STATE.format(without=last["without_states"]),
+        "state": STATE.format(
+            without=summary["heldout_curve"][-1]["without_states"], partial=partial
+        ),
         "after": "after (with the target's state)",
     }
 
@@ -216,11 +223,11 @@ def write_card(draft_folder: Path) -> str:
         kinds="\n".join(
             f"| {kind} | {first.get(kind, 0):.1%} | {share:.1%} |" for kind, share in last.items()
         ),
-        **state_parts(reads_state, curve[-1]),
+        **state_parts(reads_state, summary),
         ratio=round(t_ms / d_ms, 1),
         lean_ratio=round(t_ms / lean_ms, 1),
-        machine=f"{platform.machine()}, {torch.get_num_threads()} torch thread, "
-        f"torch {torch.__version__}",
+        machine=f"{platform.machine()} ({torch.backends.cpu.get_cpu_capability()}), "
+        f"{torch.get_num_threads()} torch thread, torch {torch.__version__}",
         curve="\n".join(
             f"| {row['step']} | {row['agreement']:.1%} | {row['loss']} |" for row in curve
         ),

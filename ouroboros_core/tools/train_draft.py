@@ -220,6 +220,7 @@ def train(cfg: DraftTraining, samples: list[Path], heldout: Path, out: Path, log
         "vocabulary": vocabulary_size,
         "stored_answer_tokens": stored,
         "answer_tokens": sum(len(r["ids"]) - r["prompt_tokens"] for r in rows),
+        "answers_with_states": sum("states" in row for row in rows),
         "temperatures": sorted({r["temperature"] for r in rows if "temperature" in r}),
         "heldout_answers": len(held),
         "kinds": dict(Counter(kind_of(row) for row in rows).most_common()),
