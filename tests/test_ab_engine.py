@@ -115,23 +115,8 @@ def test_ab_engine_samples_both_revisions_with_the_same_seeds(tmp_path):
 def test_ab_engine_on_the_broad_requests_reports_each_kind(tmp_path):
     """--broad races the broad held-out requests, kinds taking turns, and gives old/new per kind."""
     out = tmp_path / "ab.json"
-    done = ab_engine(
-        "--target",
-        "demo",
-        "--rev",
-        "HEAD",
-        "--broad",
-        "--limit",
-        "2",
-        "--max-new-tokens",
-        "6",
-        "--rounds",
-        "1",
-        "--methods",
-        "ouroboros",
-        "--out",
-        str(out),
-    )
+    options = "--target demo --rev HEAD --broad --limit 2 --max-new-tokens 6 --rounds 1"
+    done = ab_engine(*options.split(), "--methods", "ouroboros", "--out", str(out))
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["prompt_set"] == "broad" and report["prompts"] == 2
