@@ -232,3 +232,5 @@ def test_answers_without_states_train_without_one_when_kept(setup, monkeypatch):
     assert "kept, without a state" in " ".join(map(str, said))
     assert summary["answers"] == 24 and summary["answers_with_states"] == 10
     assert fed.count(True) == 10 and fed.count(False) == 14  # one epoch: each answer once
+    # the held-out answers are read as answers_of reads them by default: only those with states
+    assert len(train_draft.answers_of(config, samples, log=said.append)) == 10

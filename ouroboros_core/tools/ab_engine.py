@@ -167,9 +167,8 @@ def compare(args: argparse.Namespace, engines: dict, sampling: dict | None) -> d
     """Every method of --methods alternated between the two engines; the report, printed as it
     goes."""
     items = prompt_items(args)
-    prompts, kinds = [item["prompt"] for item in items], None
-    if args.broad:
-        kinds = [item["kind"] for item in items]
+    prompts = [item["prompt"] for item in items]
+    kinds = [item["kind"] for item in items] if args.broad else None
     for engine in engines.values():
         engine.generate(prompts[0], "ouroboros", 16)  # warm-up
     report = {

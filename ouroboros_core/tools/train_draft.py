@@ -69,19 +69,20 @@ class DraftTraining:
 def training_rows(cfg: DraftTraining, samples: list[Path], log=print) -> list[dict]:
     """The samples' rows and, with cfg.with_store, the stored answers of the draft training goes
     on from, less those the samples hold whole (learned there with their request)."""
-    rows = [row for path in samples for row in answers_of(cfg, path, log)]
+    rows = [row for path in samples for row in answers_of(cfg, path, log, cfg.stateless_too)]
     if cfg.with_store and cfg.start:
         sampled = {tuple(stored_form(row)) for row in rows}
         rows += [row for row in store_rows(Path(cfg.start)) if tuple(row["ids"]) not in sampled]
     return rows
 
 
-def answers_of(cfg: DraftTraining, path: Path, log=print) -> list[dict]:
-    """One answers file's rows; with cfg.states, those whose target states are there, with them."""
+def answers_of(cfg: DraftTraining, path: Path, log=print, keep_all: bool = False) -> list[dict]:
+    """One answers file's rows; with cfg.states, those whose target states are there, with them
+    (keep_all: the others too, without; never the held-out answers, scored with their states)."""
     rows = load_rows([path])
     if not cfg.states:
         return rows
-    return with_states(rows, Path(cfg.states) / path.stem, log, keep_all=cfg.stateless_too)
+    return with_states(rows, Path(cfg.states) / path.stem, log, keep_all)
 
 
 def lr_at(step: int, steps: int, cfg: DraftTraining) -> float:
