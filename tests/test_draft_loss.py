@@ -1,6 +1,7 @@
 """The draft's loss and score (tools/draft_loss.py) on a tiny model: the head scores the draft's
 vocabulary alone, a next token outside it is a miss and no loss, the target's own chances count
-where given, training lowers the loss, and agreement is told per kind of request."""
+where given or read from its states, training lowers the loss, and agreement is told per kind of
+request."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from conftest import build_model
 from ouroboros_core.tools.draft_loss import Head, answer_loss, batches, evaluate, kind_of
+from ouroboros_core.tools.target_states import answer_states
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +79,31 @@ def test_the_targets_own_first_choice_is_the_right_guess_where_given(model):
     with torch.no_grad():
         loss, hits, count, _ = answer_loss(model, [taught], 0, head)
     assert (hits, count) == (2, 2) and loss.item() > 0
+
+
+def test_the_targets_states_make_its_own_choice_and_chances_what_is_learned(model):
+    # the model stands for the target too: its states over a sampled answer (as target_states
+    # writes them) name its own first choice at each position but the last, whose is not written
+    sampled = {"ids": [5, 6, 7, 8, 9, 10, 11], "prompt_tokens": 3}
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([sampled["ids"]])).logits[0, 2:6]
+        hidden = model.model(input_ids=torch.tensor([sampled["ids"]])).last_hidden_state[0]
+    sampled["states"] = answer_states(sampled, hidden)
+    plain = {"ids": [3, 4, 5, 6, 7], "prompt_tokens": 3}  # no states: its written tokens
+    guesses, written = logits.argmax(-1), torch.tensor(sampled["ids"][3:])
+    assert not torch.equal(guesses[:3], written[:3])  # the answer is not the model's own
+    head = Head.of(model)
+    with torch.no_grad():
+        _, _, _, as_written = answer_loss(model, [sampled, plain], 0, head)
+        choice, _, count, chosen = answer_loss(model, [sampled, plain], 0, head, learn="choice")
+        chances, _, _, _ = answer_loss(model, [sampled, plain], 0, head, learn="chances")
+    assert count == 6
+    assert torch.equal(as_written[:4], guesses == written)
+    assert chosen[:3].all() and chosen[3] == (guesses[3] == written[3])
+    assert torch.equal(chosen[4:], as_written[4:])
+    # chances: half the cross-entropy, plus the model's own entropy where the state is known
+    entropy = -(logits[:3].softmax(-1) * logits[:3].log_softmax(-1)).sum(-1).mean()
+    assert chances.item() == pytest.approx(0.5 * choice.item() + entropy.item(), rel=1e-4)
 
 
 def test_training_lowers_the_loss_and_agreement_is_told_per_kind(eos_id):

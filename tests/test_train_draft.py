@@ -234,3 +234,32 @@ def test_answers_without_states_train_without_one_when_kept(setup, monkeypatch):
     assert fed.count(True) == 10 and fed.count(False) == 14  # one epoch: each answer once
     # the held-out answers are read as answers_of reads them by default: only those with states
     assert len(train_draft.answers_of(config, samples, log=said.append)) == 10
+
+
+def test_the_targets_choice_is_learned_from_its_states_when_asked(setup, monkeypatch, capsys):
+    """--learn choice (or chances) reads the target's states: refused without --states; with them,
+    every step learns as asked, and the draft it saves says so."""
+    import ouroboros_core.tools.target_states as target_states
+    from ouroboros_core.models import load_target_of
+
+    tmp, samples, heldout = setup
+    argv = ["--samples", str(samples), "--heldout", str(heldout), "--out", str(tmp / "x")]
+    with pytest.raises(SystemExit):
+        train_draft.main([*argv, "--learn", "choice"])
+    assert "--learn choice reads the target's states: give --states" in capsys.readouterr().err
+    target, _ = load_target_of("smollm2", None)
+    for path in (samples, heldout):
+        where = target_states.part_path(tmp / "states" / path.stem, 0)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        target_states.write_part(target, target_states.load_rows([path]), 0, where, 64)
+    learned = []
+    real_step = train_draft.train_step
+
+    def step(*args):
+        learned.append(args[-1])
+        return real_step(*args)
+
+    monkeypatch.setattr(train_draft, "train_step", step)
+    config = DraftTraining(**{**cfg(1).__dict__, "states": str(tmp / "states"), "learn": "choice"})
+    summary = train(config, [samples], heldout, tmp / "chosen", log=lambda *_: None)
+    assert learned == ["choice"] * summary["steps"] and summary["config"]["learn"] == "choice"

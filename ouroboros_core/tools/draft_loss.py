@@ -58,6 +58,9 @@ class Head:
     index: object
     source: object  # the draft's output weights (V, width)
     frozen: object  # their rows at ids, read once, where the output layer is not trained
+    # their rows at ids as training began: the target's own (the draft starts from its embeddings),
+    # which turn its states into its chances (learned_from_target)
+    target: object = None
 
     @classmethod
     def of(cls, draft, vocabulary: list[int] | None = None):
@@ -68,7 +71,8 @@ class Head:
         ids = torch.tensor(sorted(vocabulary) if vocabulary else range(full))
         index = torch.full((full,), -1, dtype=torch.long)
         index[ids] = torch.arange(len(ids))
-        return cls(ids, index, source, None if source.requires_grad else source.detach()[ids])
+        rows = source.detach()[ids]
+        return cls(ids, index, source, None if source.requires_grad else rows, rows.clone())
 
     @property
     def weight(self):
@@ -140,14 +144,63 @@ def fed_states(batch: list[dict], width: int, drop: float):
     return states
 
 
-def answer_loss(draft, batch: list[dict], pad: int, head: Head, drop: float = 0.0):
+# what the draft learns at each answer position (DraftTraining.learn): the token written there;
+# where the target's state for that position is known, the target's own first choice ("choice")
+# or that and all its chances ("chances"): a sampled answer's token is one draw of many
+LEARNED = ("written", "choice", "chances")
+
+
+def following_states(batch: list[dict], width: int):
+    """(states, known): at each answer position, in answer_loss's order, the target's state there
+    (the one its output layer reads for the position's next token: the row's states one position
+    on), and whether it is known (a row with states, all but its last position)."""
+    import torch
+
+    parts, known = [], []
+    for row in batch:
+        length = len(row["ids"]) - row["prompt_tokens"]
+        if "states" in row:
+            parts.append(torch.cat([row["states"][1:].float(), torch.zeros(1, width)]))
+            known.append(torch.arange(length) < length - 1)
+        else:
+            parts.append(torch.zeros(length, width))
+            known.append(torch.zeros(length, dtype=torch.bool))
+    return torch.cat(parts), torch.cat(known)
+
+
+def learned_from_target(batch: list[dict], head: Head, logits, labels, learn: str):
+    """(labels, soft loss): the labels with the target's own first choice among the head's rows
+    wherever its state is known; with learn "chances" also the cross-entropy of the draft's
+    guesses against the target's chances over those rows there (else None)."""
+    import torch
+    import torch.nn.functional as F
+
+    if learn == "written":
+        return labels, None
+    following, known = following_states(batch, head.target.shape[1])
+    if not known.any():
+        return labels, None
+    with torch.no_grad():
+        teacher = following[known] @ head.target.T  # (known positions, K)
+    labels = labels.clone()
+    labels[known] = head.ids[teacher.argmax(-1)]
+    if learn != "chances":
+        return labels, None
+    chances = torch.softmax(teacher, dim=-1)
+    return labels, -(chances * F.log_softmax(logits[known], dim=-1)).sum(-1).mean()
+
+
+def answer_loss(
+    draft, batch: list[dict], pad: int, head: Head, drop: float = 0.0, learn: str = "written"
+):
     """Cross-entropy of the draft's guesses at every answer position, over the head's rows; (loss,
     right guesses, guesses, per-position hits). Rows with teacher targets add the cross-entropy
     against the target's top-k chances (renormalised over those the head scores), and count a
-    guess right when it is the target's own first choice. A next token the head does not score is
-    a guess the draft cannot get right (it counts), and no loss. A draft that reads the target's
-    state (target_states.attach_projection) adds its projection at each answer position, zeroed
-    at a share `drop` of them."""
+    guess right when it is the target's own first choice; `learn` (LEARNED) does so from the
+    target's states. A next token the head does not score is a guess the draft cannot get right
+    (it counts), and no loss. A draft that reads the target's state
+    (target_states.attach_projection) adds its projection at each answer position, zeroed at a
+    share `drop` of them."""
     import torch
     import torch.nn.functional as F
 
@@ -159,9 +212,11 @@ def answer_loss(draft, batch: list[dict], pad: int, head: Head, drop: float = 0.
         hidden = hidden + projection(fed_states(batch, projection.in_features, drop))
     logits = hidden @ head.weight.T  # (answer positions, K): only the head's rows
     guesses = head.ids[logits.argmax(-1)]
-    labels = ids[:, 1:][scored[:, :-1]]
+    labels, soft = learned_from_target(batch, head, logits, ids[:, 1:][scored[:, :-1]], learn)
     places = head.index[labels]
     loss = F.cross_entropy(logits, places, ignore_index=-1) if (places >= 0).any() else None
+    if soft is not None:
+        loss = 0.5 * loss + soft
     if "teacher_ids" in batch[0]:
         top_ids = torch.tensor([p for row in batch for p in row["teacher_ids"]])
         top_p = torch.tensor([p for row in batch for p in row["teacher_p"]])
@@ -208,15 +263,16 @@ def evaluate(
 
 
 def train_step(
-    draft, batch, pad: int, head: Head, opt, lr: float, drop: float = 0.0
+    draft, batch, pad: int, head: Head, opt, lr: float, drop: float = 0.0, learn: str = "written"
 ) -> tuple[float, int, int]:
     """One optimiser step on one batch at learning rate lr: (loss, hits, positions); drop: the
-    share of answer positions a state-fed draft learns without the target's state."""
+    share of answer positions a state-fed draft learns without the target's state; learn: what
+    it learns where the target's state is known (LEARNED)."""
     import torch
 
     for group in opt.param_groups:
         group["lr"] = lr
-    loss, hits, count, _ = answer_loss(draft, batch, pad, head, drop)
+    loss, hits, count, _ = answer_loss(draft, batch, pad, head, drop, learn)
     loss.backward()
     torch.nn.utils.clip_grad_norm_([p for p in draft.parameters() if p.requires_grad], 1.0)
     opt.step()

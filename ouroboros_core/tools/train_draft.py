@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .draft_loss import Head, batches, evaluate, kind_of, load_rows, teacher_targets
-from .draft_loss import train_step
+from .draft_loss import LEARNED, train_step
 from .draft_folder import store_rows, stored_form, vocabulary, write_answers, write_vocabulary
 from .draft_start import first_draft
 from .target_states import attach_projection, save_projection, with_states
@@ -64,6 +64,8 @@ class DraftTraining:
     state_drop: float = 0.2  # the share of answer positions it learns without them
     # keep the training answers whose states are not written (they learn without one)
     stateless_too: bool = False
+    # what the draft learns where the target's states are known (draft_loss.LEARNED)
+    learn: str = "written"
 
 
 def training_rows(cfg: DraftTraining, samples: list[Path], log=print) -> list[dict]:
@@ -152,7 +154,8 @@ def run_steps(
             order = rng.getstate()
             queue = batches(rows, cfg.batch_tokens, rng)
         lr = lr_at(step, steps, cfg)
-        loss, hits, count = train_step(draft, queue.pop(), pad, head, opt, lr, cfg.state_drop)
+        batch = queue.pop()
+        loss, hits, count = train_step(draft, batch, pad, head, opt, lr, cfg.state_drop, cfg.learn)
         step += 1
         if step % 10 == 0 or step == steps:
             lr, elapsed = lr_at(step - 1, steps, cfg), round(time.perf_counter() - started, 1)
@@ -305,6 +308,14 @@ def add_long_run_options(parser: argparse.ArgumentParser) -> None:
         "one, as a step's later guesses run (default: left out)",
     )
     parser.add_argument(
+        "--learn",
+        choices=LEARNED,
+        default=DraftTraining.learn,
+        help="with --states, what the draft learns at each position whose next state is known: "
+        "the token written (default), the target's own first choice, or that and all its chances "
+        "(a sampled answer's token is one draw of many)",
+    )
+    parser.add_argument(
         "--train-embeddings",
         action="store_true",
         help="train the embeddings, and so the tied output layer, too (default: the target's)",
@@ -330,6 +341,8 @@ def main(argv=None) -> None:
         return
     if args.layers < 1 or args.epochs <= 0 or args.lr <= 0:
         parser.error("--layers must be at least 1, --epochs and --lr above 0")
+    if args.learn != "written" and not args.states:
+        parser.error(f"--learn {args.learn} reads the target's states: give --states")
     import torch
 
     if args.threads:
@@ -345,6 +358,7 @@ def main(argv=None) -> None:
         train_embeddings=args.train_embeddings,
         states=args.states,
         stateless_too=args.stateless_too,
+        learn=args.learn,
     )
     train(cfg, args.samples, args.heldout, args.out)
 
