@@ -172,12 +172,22 @@ PARTIAL = """ The latest stage had the target's states for {fed:,} of its {answe
   others learned without one (`train_draft --stateless-too`), as a step's later guesses run."""
 
 
+LEARNED = {
+    "choice": """ Where the target's state for the next token was known too, it learned the
+  target's own first choice there, not the token a sampled answer drew (`--learn choice`).""",
+    "chances": """ Where the target's state for the next token was known too, it learned the
+  target's own first choice there, not the token a sampled answer drew, and all the target's
+  chances over the draft's vocabulary (`--learn chances`).""",
+}
+
+
 def state_parts(reads_state: bool, summary: dict) -> dict:
     """The card's words on the target's state, where the draft reads it."""
     if not reads_state:
         return {"state": "", "after": "after"}
     fed, answers = summary.get("answers_with_states"), summary["answers"]
     partial = PARTIAL.format(fed=fed, answers=answers) if fed and fed < answers else ""
+    partial += LEARNED.get(summary["config"].get("learn", "written"), "")
     return {
         "state": STATE.format(
             without=summary["heldout_curve"][-1]["without_states"], partial=partial
