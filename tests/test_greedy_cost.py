@@ -73,7 +73,7 @@ class Cost:
 
 
 # Measured on the AVX2 class (MEASURED_CLASS), one thread, per request in REQUESTS' order; in all,
-# demo 512 tokens in 107 forwards verifying 1,655 rows, smollm2 295 in 133 verifying 784.
+# demo 512 tokens in 107 forwards verifying 1,655 rows, smollm2 295 in 136 verifying 790.
 MEASURED = {
     "demo": (
         Cost(128, 28, 346, 4288434149),
@@ -82,10 +82,10 @@ MEASURED = {
         Cost(128, 21, 364, 4062059764),
     ),
     "smollm2": (
-        Cost(24, 19, 89, 2618421159),
-        Cost(128, 37, 287, 1894420441),
-        Cost(56, 25, 142, 1269235017),
-        Cost(87, 52, 266, 638629348),
+        Cost(24, 17, 82, 2618421159),
+        Cost(128, 40, 291, 1894420441),
+        Cost(56, 26, 158, 1269235017),
+        Cost(87, 53, 259, 638629348),
     ),
 }
 MEASURED_CLASS = "x86-64 with AVX2, without AVX-512"
