@@ -216,7 +216,7 @@ def answer_loss(
     places = head.index[labels]
     loss = F.cross_entropy(logits, places, ignore_index=-1) if (places >= 0).any() else None
     if soft is not None:
-        loss = 0.5 * loss + soft
+        loss = soft if loss is None else 0.5 * loss + soft
     if "teacher_ids" in batch[0]:
         top_ids = torch.tensor([p for row in batch for p in row["teacher_ids"]])
         top_p = torch.tensor([p for row in batch for p in row["teacher_p"]])
