@@ -118,6 +118,19 @@ def race_api(
 
 API_PARAMETERS = list(inspect.signature(race_api).parameters)  # how /race's validator names inputs
 
+
+def await_pair(text: str, length) -> Iterator[dict]:
+    """Run's wait for the pair (RACES.await_pair). Where the click came while the pair loaded, its
+    last step also gives the page what the last loading tick would have (the pair's line, sliders,
+    legend, the ticks stopped): a loading tick wipes the message beside a refused input, so none may
+    come after the race checks its inputs."""
+    waited = not RACING.loader.finished
+    for badge in RACES.await_pair():
+        yield {VIEW.badge: badge}
+    if waited:
+        yield {VIEW.badge: "", **LOADING.refresh(text, length)}
+
+
 with GRADIO_LOOPS.closing(), gr.Blocks(title="Ouroboros race") as demo:
     PAGE = build_page(MAX_NEW_TOKENS)
     VIEW = PAGE.view
@@ -135,7 +148,9 @@ with GRADIO_LOOPS.closing(), gr.Blocks(title="Ouroboros race") as demo:
         validator=race_validator(LIMITS, lambda: LOADER.engine, wait=True),
         preprocess=False,
         **AT_ONCE,
-    ).success(RACES.await_pair, None, VIEW.badge, **AT_ONCE).success(
+    ).success(
+        await_pair, list(PAGE.sized), [VIEW.badge, *LOADING.outputs], preprocess=False, **AT_ONCE
+    ).success(
         race_ui,
         None,
         VIEW.outputs,

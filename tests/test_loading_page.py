@@ -70,6 +70,11 @@ def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, s
     try:
         served = time.monotonic()
         page = open_page(context, slow_hub_app.url)  # served while the pair loads behind it
+        # A second visitor presses Run on an empty prompt while the pair loads: refused once it is
+        # ready, and the message stays (no loading tick comes after the race's check to wipe it).
+        refused = open_page(context, slow_hub_app.url)
+        refused.locator("#prompt textarea").fill("  \n ")
+        refused.locator("#run").click()
         downloading = seen_stages(page, "Downloading ouroboros-test/demo-draft", 60)
         assert any(
             "Getting the model pair ready" in text
@@ -91,7 +96,12 @@ def test_the_page_shows_each_loading_stage_and_run_waits_for_the_pair(browser, s
         sync_api.expect(page.locator("#load-status")).to_have_text("")
         sync_api.expect(page.locator("#pair")).to_contain_text("Running on cpu in float32")
         assert time.monotonic() - served > 3 * DELAY_S  # the race waited for the whole load
-        assert page.errors == []
+        message = refused.locator("#prompt").get_by_text("Prompt is empty")
+        sync_api.expect(message).to_have_count(1)
+        sync_api.expect(refused.locator("#load-status")).to_have_text("")
+        refused.wait_for_timeout(1500)  # three ticks' worth
+        assert message.count() == 1
+        assert page.errors == [] and refused.errors == []
     finally:
         context.close()
     log = slow_hub_app.log_text()

@@ -72,8 +72,8 @@ def test_replay_is_off_from_the_moment_run_is_pressed_until_the_race_ends(page, 
 
 def loaded(page) -> None:
     """Until the page's load has set what depends on the pair (its knobs, its legend): while the
-    pair loads, a tick every half second sends the prompt and the token count again, which clears a
-    message beside them."""
+    pair loads, a tick every half second updates the page, which wipes a message beside an
+    input."""
     sync_api.expect(page.locator("#prompt-room")).to_contain_text("the model can read")
 
 

@@ -36,6 +36,10 @@ class Page:
     load_timer: gr.Timer
     prompt: gr.Textbox  # the request and its size in tokens
     room: gr.HTML
+    # What the room line and the loading ticks read: the prompt and max new tokens, copied on the
+    # page. Gradio wipes an input's message whenever an event reading that input answers, so a
+    # room line that answered after Run's check wiped "Prompt is empty" (seen on a busy machine).
+    sized: tuple
     max_new: gr.Slider  # the race's options
     speculative_lane: gr.Checkbox
     colour: gr.Checkbox
@@ -139,7 +143,15 @@ def _request_row(max_new_tokens: int) -> dict:
                     "stop": gr.Button("Stop", elem_id="stop"),
                     "clear": gr.Button("Clear", elem_id="clear"),
                 }
-    return {"prompt": prompt, "room": room, "max_new": max_new, **options, **buttons}
+    sized = (gr.Textbox(prompt.value, visible=False), gr.Number(max_new.value, visible=False))
+    return {
+        "prompt": prompt,
+        "room": room,
+        "sized": sized,
+        "max_new": max_new,
+        **options,
+        **buttons,
+    }
 
 
 def _race_area():
@@ -227,17 +239,16 @@ def wire_page(demo: gr.Blocks, page: Page, races, loading, sessions, room_line) 
     # preprocess=False: a tick reads the boxes as they stand (a typed 0 is the room line's to show,
     # not a slider error's toast while the pair loads).
     ticks = {"preprocess": False, **QUIET}
-    demo.load(loading.refresh, [page.prompt, page.max_new], loading.outputs, **ticks)
-    page.load_timer.tick(
-        loading.refresh, [page.prompt, page.max_new], loading.outputs, queue=False, **ticks
-    )
+    sized = list(page.sized)
+    demo.load(loading.refresh, sized, loading.outputs, **ticks)
+    page.load_timer.tick(loading.refresh, sized, loading.outputs, queue=False, **ticks)
     demo.unload(sessions.leave)
     for changed in (page.prompt.change, page.max_new.change):
+        # The copy is made on the page (no server call, so no message wiped), then sized.
         changed(
-            room_line,
+            None,
             [page.prompt, page.max_new],
-            page.room,
-            queue=False,
-            trigger_mode="always_last",
-            **ticks,
-        )
+            sized,
+            js="(text, length) => [text, length]",
+            **QUIET,
+        ).then(room_line, sized, page.room, queue=False, trigger_mode="always_last", **ticks)
