@@ -38,13 +38,16 @@ def free_port() -> int:
 class AppServer:
     _shared: AppServer | None = None
 
-    def __init__(self, extra_env: dict | None = None):
+    def __init__(self, extra_env: dict | None = None, owner: str | None = None):
         """`python app.py` with the environment of the tests, plus extra_env (a Space's variables,
-        say)."""
+        say). Its log is tests/artifacts/app-OWNER-PORT.log, OWNER the test module that started it
+        (or "shared"): .ci/run prints the shared app's log and those of the failing tests' modules,
+        never a log from a test that broke its app on purpose and passed."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         ARTIFACTS.mkdir(exist_ok=True)
-        self.log = open(ARTIFACTS / f"app-{self.port}.log", "w+")
+        owner = owner or Path(os.environ.get("PYTEST_CURRENT_TEST", "tests").split("::")[0]).stem
+        self.log = open(ARTIFACTS / f"app-{owner}-{self.port}.log", "w+")
         env = {
             **os.environ,
             "PORT": str(self.port),
@@ -62,7 +65,7 @@ class AppServer:
     @classmethod
     def shared(cls) -> AppServer:
         if cls._shared is None:
-            cls._shared = cls()
+            cls._shared = cls(owner="shared")
             try:
                 cls._shared.wait_ready()
             except BaseException:
