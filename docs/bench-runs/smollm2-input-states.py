@@ -45,6 +45,7 @@ BLOCK = 4
 START = Path("/work/draft5")
 STATES = Path("/work/states/layout")
 DATA = Path(__file__).resolve().parents[2] / "data" / "broad"
+PAD = 2  # the target's <|im_end|>, its pad
 
 
 def rows_with_states(name: str) -> list[dict]:
@@ -165,46 +166,35 @@ def evaluate(draft, arm, rows, pad, head, proj_in, proj_head):
     }
 
 
-def main():
-    arm, answers, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
-    threads = int(sys.argv[4]) if len(sys.argv) > 4 else 2
-    torch.manual_seed(0)
-    torch.set_num_threads(threads)
+def models():
+    """Stage 5's draft (embeddings frozen), its head rows, its state projection before the head, and
+    a projection at the input from zero."""
     draft = AutoModelForCausalLM.from_pretrained(START, dtype=torch.float32)
     draft.get_input_embeddings().weight.requires_grad_(False)
-    vocabulary = json.loads((START / "draft_vocabulary.json").read_text())
-    head = Head.of(draft, vocabulary)
-    tw = 576
-    proj_head = torch.nn.Linear(tw, draft.config.hidden_size, bias=False)
+    head = Head.of(draft, json.loads((START / "draft_vocabulary.json").read_text()))
+    width = draft.config.hidden_size
+    proj_head = torch.nn.Linear(576, width, bias=False)
     with torch.no_grad():
         proj_head.weight.copy_(read_projection(START / "state_projection.safetensors", draft))
-    proj_in = torch.nn.Linear(tw, draft.config.hidden_size, bias=False)
+    proj_in = torch.nn.Linear(576, width, bias=False)
     torch.nn.init.zeros_(proj_in.weight)
-    pad = 2
-    held = rows_with_states("answers-heldout")
-    train = rows_with_states("answers-train")
-    rng = random.Random(0)
-    rng.shuffle(train)
-    train = train[:answers]
+    return draft, head, proj_head, proj_in
+
+
+def train(arm, rows, parts, rng) -> int:
+    """One epoch over rows; returns the steps taken."""
+    draft, head, proj_head, proj_in = parts
     params = [p for p in draft.parameters() if p.requires_grad] + list(proj_head.parameters())
-    if arm == "input":
-        params += list(proj_in.parameters())
+    params += list(proj_in.parameters()) if arm == "input" else []
     opt = torch.optim.AdamW(params, lr=3e-4, weight_decay=0.0)
-    log = {"arm": arm, "answers": answers, "block": BLOCK, "threads": threads}
-    log["before"] = evaluate(draft, arm, held, pad, head, proj_in, proj_head)
-    print(json.dumps(log["before"]), flush=True)
-    steps = batches(train, 4096, random.Random(1))
+    steps = batches(rows, 4096, random.Random(1))
     started = time.time()
     for step, batch in enumerate(steps):
-        lr = (
-            3e-4
-            * min(1.0, (step + 1) / 20)
-            * (0.1 + 0.45 * (1 + math.cos(math.pi * step / len(steps))))
-        )
+        warm = min(1.0, (step + 1) / 20)
         for group in opt.param_groups:
-            group["lr"] = lr
+            group["lr"] = 3e-4 * warm * (0.1 + 0.45 * (1 + math.cos(math.pi * step / len(steps))))
         loss, hits, _ = loss_of(
-            draft, arm, batch, pad, head, proj_in, proj_head, lambda i: rng.randrange(BLOCK)
+            draft, arm, batch, PAD, head, proj_in, proj_head, lambda i: rng.randrange(BLOCK)
         )
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -216,18 +206,29 @@ def main():
                 f"{time.time() - started:.0f} s",
                 flush=True,
             )
-    log["steps"], log["wall_s"] = len(steps), round(time.time() - started)
-    log["after"] = evaluate(draft, arm, held, pad, head, proj_in, proj_head)
+    return len(steps)
+
+
+def main():
+    arm, answers, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    threads = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
+    parts = models()
+    held = rows_with_states("answers-heldout")
+    rows = rows_with_states("answers-train")
+    rng = random.Random(0)
+    rng.shuffle(rows)
+    log = {"arm": arm, "answers": answers, "block": BLOCK, "threads": threads}
+    draft, head, proj_head, proj_in = parts
+    log["before"] = evaluate(draft, arm, held, PAD, head, proj_in, proj_head)
+    print(json.dumps(log["before"]), flush=True)
+    started = time.time()
+    log["steps"] = train(arm, rows[:answers], parts, rng)
+    log["wall_s"] = round(time.time() - started)
+    log["after"] = evaluate(draft, arm, held, PAD, head, proj_in, proj_head)
     print(json.dumps(log["after"]), flush=True)
     out.write_text(json.dumps(log, indent=1))
-    torch.save(
-        {
-            "draft": draft.state_dict(),
-            "proj_in": proj_in.state_dict(),
-            "proj_head": proj_head.state_dict(),
-        },
-        out.with_suffix(".pt"),
-    )
 
 
 if __name__ == "__main__":
