@@ -5,14 +5,16 @@ the target's own decoding."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
+from collections import Counter
 
 import pytest
 import torch
 
 from conftest import reference_ids
 from ouroboros_core import LoadError, load_engine
-from ouroboros_core.lookup import ANSWERS_FILE, AnswerStore, read_store
+from ouroboros_core.lookup import ANSWERS_FILE, ORDERS, AnswerStore, read_store
 from ouroboros_core.models import ASSETS, load_model
 
 PROMPT = 'def count_words(text):\n    """Return how many words the text holds."""\n'
@@ -29,6 +31,33 @@ def test_the_walk_follows_the_longest_run_of_last_tokens_the_answers_hold():
     assert store.walk([1, 2, 3, 4], 2) == ([5, 6], 4)
     assert store.walk([6], 4) == ([], 0)  # nothing followed a lone 6, and one token keys nothing
     assert store.walk([42, 43], 4) == ([], 0)
+
+
+def counted_table(answers: list[list[int]], n: int) -> dict[tuple[int, ...], int]:
+    """The store's table for runs of n tokens, written the plain way: every (run, next token) pair
+    counted, the most counted first, a tie to the pair seen first."""
+    pairs = Counter((tuple(a[i - n : i]), a[i]) for a in answers for i in range(n, len(a)))
+    table: dict[tuple[int, ...], int] = {}
+    for (run, token), _ in pairs.most_common():
+        table.setdefault(run, token)
+    return table
+
+
+def test_the_store_keeps_for_every_run_the_token_counted_most_and_first_seen_on_a_tie():
+    rng = random.Random(7)
+    for _ in range(300):
+        vocab = rng.choice([2, 3, 5, 300])
+        answers = [
+            [rng.randrange(vocab) for _ in range(rng.randrange(0, 14))]
+            for _ in range(rng.randrange(0, 8))
+        ]
+        store = AnswerStore(answers)
+        for n in ORDERS:
+            table = counted_table(answers, n)
+            unseen = [tuple(rng.randrange(-1, vocab + 2) for _ in range(n)) for _ in range(20)]
+            for run in list(table) + unseen:
+                assert store.next[n].get(list(run)) == table.get(run), (answers, run)
+    assert store.tokens == sum(map(len, answers)) and store.answers == len(answers)
 
 
 def test_a_store_file_that_is_not_lists_of_token_ids_is_refused(tmp_path):
