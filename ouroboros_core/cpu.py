@@ -6,7 +6,7 @@ quota, while `os.cpu_count()` and torch's default thread count see every core of
 then runs more threads than the quota serves and they stall each other at every barrier (measured on
 a busy 2-core machine: a one-token forward took 789 ms with 2 threads, 31 ms with 1).
 
-Pure Python at import; torch is imported only by `set_torch_threads`.
+Pure Python at import; torch is imported only inside the functions that use it.
 """
 
 from __future__ import annotations
@@ -207,6 +207,9 @@ BUSY_SHARE = 0.75
 # wall time of steps summed before the share is judged: a few steps, not one noisy one
 WINDOW_S = 0.5
 RETRY_S = 30.0  # after falling back to one thread, try the chosen count again this much later
+# A load's first look at the machine, judged at once: on 2 cores its products got 0.97-1.02 of
+# their threads' time quiet, 0.68-0.76 beside a one-thread job, 0.49-0.50 beside a two-thread one.
+SOUNDING_S = 0.05
 
 
 def thread_candidates(ceiling: int) -> list[int]:
@@ -291,13 +294,13 @@ class BusyWatch:
             self._fell_at = None
             self._started = (self.clock(), self.cpu())
 
-    def end(self) -> None:
+    def end(self, judge: bool = False) -> None:  # judge: weigh the window now, however short
         if self._started is None:
             return
         wall, used = self.clock() - self._started[0], self.cpu() - self._started[1]
         self._started = None
         self._wall, self._used = self._wall + wall, self._used + used
-        if self._wall < WINDOW_S:
+        if self._wall < WINDOW_S and not (judge and self._wall > 0):
             return
         self.last_share = self._used / (self._wall * self.threads)
         self._wall = self._used = 0.0
@@ -310,6 +313,19 @@ class BusyWatch:
                 1, f"busy: its {self.threads} threads got {self.last_share:.0%} of their CPU time"
             )
             self._fell_at = self.clock()
+
+    def sound(self, run, seconds: float = SOUNDING_S) -> None:
+        """Judge the machine before a load: `run()` (a small parallel product) over and over for
+        `seconds`, weighed at once, so that a busy machine loads on one thread too (packing the
+        target on two starved threads cost a busy 2-core machine seconds); a fixed count or one
+        thread has nothing to judge."""
+        if self.fixed or self.threads == 1:
+            return
+        self.begin()
+        started = self._started[0]
+        while self.clock() - started < seconds:
+            run()
+        self.end(judge=True)
 
     def reset(self, chosen: int, fixed: bool = False) -> None:
         """Start again from `chosen` threads (the ceiling `fit` measures up to), as __init__
@@ -359,6 +375,15 @@ def engine_watch(environ: Mapping[str, str] = os.environ, log=None) -> BusyWatch
     torch.set_num_threads(count)
     log = log or logging.getLogger("ouroboros_core").warning
     return BusyWatch(count, torch.set_num_threads, log=log, fixed=fixed)
+
+
+def small_product():
+    """A parallel product of some 0.2 ms for `BusyWatch.sound`, its threads already started."""
+    import torch
+
+    square = torch.randn(256, 256)
+    torch.mm(square, square)
+    return lambda: torch.mm(square, square)
 
 
 def watched(steps: Iterator, watch: BusyWatch) -> Iterator:

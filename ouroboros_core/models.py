@@ -245,6 +245,12 @@ def load_engine(
     if check_memory and not device_map:
         check_fits({"target": target_folder, "draft": draft_folder}, device, dtype)
     tokenizer = shared_tokenizer(target_folder, draft_folder, target, draft, trust_remote_code)
+    watch = None
+    if watch_threads and device.type == "cpu" and not device_map:
+        from .cpu import engine_watch, small_product
+
+        watch = engine_watch()
+        watch.sound(small_product())  # a busy machine loads on one thread too
     target_model, draft_model = load_pair(
         target_folder, draft_folder, device, dtype, trust_remote_code, device_map, report
     )
@@ -253,10 +259,7 @@ def load_engine(
         target_model, draft_model, tokenizer, name=name, chat=bool(chat), defaults=defaults
     )
     engine.target_source = describe_source(target, target_folder, offline)
-    if watch_threads and device.type == "cpu" and not device_map:
-        from .cpu import engine_watch
-
-        engine.watch = engine_watch()
+    engine.watch = watch
     return engine
 
 

@@ -10,13 +10,13 @@ blocked layout (`mkldnn._reorder_linear_weight`) and multiplied by `mkldnn._line
 same weights serve 2 to 16 rows for little more than one (docs/BENCHMARKS.md, *Packed target
 weights and the draft's vocabulary*).
 
-The products are the same float32 products summed in another order: each layer is checked against
-`F.linear` when packed, and the engine's lossless tests compare its tokens with transformers' own
-`generate` on the unpacked model. A one-row forward keeps torch's own path where it is faster (one
-thread); with more threads the packed weights serve it too. A packed copy costs the weights' memory
-once more, so only a float32 target on a CPU whose weights take less than a quarter of the machine's
-memory is packed, and only one of at least MIN_PARAMETERS (a small model's weights stay in the
-caches, where torch does well).
+The products are the same float32 products summed in another order: a layer of each shape is checked
+against `F.linear` when packed, and the engine's lossless tests compare its tokens with
+transformers' own `generate` on the unpacked model. A one-row forward keeps torch's own path where
+it is faster (one thread); with more threads the packed weights serve it too. A packed copy costs
+the weights' memory once more, so only a float32 target on a CPU whose weights take less than a
+quarter of the machine's memory is packed, and only one of at least MIN_PARAMETERS (a small model's
+weights stay in the caches, where torch does well).
 """
 
 from __future__ import annotations
@@ -139,7 +139,10 @@ def pack_linears(model, min_parameters: int = MIN_PARAMETERS) -> int:
         ]
     except RuntimeError:  # a torch whose oneDNN lacks the reorder for this shape or CPU
         return 0
-    if not found or not all(packed.check() for _, _, packed in found):
+    # one layer of each shape: the kernel oneDNN picks depends on the shape, not on the weights
+    # (every layer checked took a busy 2-core machine 2.3 s at each start)
+    shapes = {(p.in_features, p.out_features, p.bias is not None): p for _, _, p in found}
+    if not found or not all(packed.check() for packed in shapes.values()):
         return 0
     for parent, name, packed in found:
         setattr(parent, name, packed)

@@ -17,6 +17,7 @@ from ouroboros_core.cpu import watched as cpu_watched
 from ouroboros_core.cpu import (
     BUSY_SHARE,
     RETRY_S,
+    SOUNDING_S,
     WINDOW_S,
     BusyWatch,
     fastest_threads,
@@ -116,6 +117,23 @@ def test_one_slow_step_is_not_a_busy_machine():
     for share in [0.9] * 12 + [0.3] + [0.9] * 12:
         machine.step(watch, share)
     assert watch.threads == 2 and watch.busy_windows == 0 and watch.last_share > BUSY_SHARE
+
+
+@pytest.mark.parametrize("share, threads", [(0.98, 2), (0.5, 1)])
+def test_a_sounding_before_the_load_is_judged_at_once(share, threads):
+    machine, watch, lines = watched()
+
+    def product():  # 0.2 ms of wall time at `share` of the threads' CPU time
+        machine.now += 0.0002
+        machine.used += 0.0002 * share * watch.threads
+
+    watch.sound(product, seconds=SOUNDING_S)
+    assert SOUNDING_S <= machine.now < SOUNDING_S + 0.001 < WINDOW_S
+    assert watch.threads == threads and watch.busy_windows == 2 - threads
+    assert (machine.threads, len(lines)) == ((1, 1) if threads == 1 else (None, 0))
+    fixed_machine, fixed, _ = watched(fixed=True)
+    fixed.sound(product)
+    assert fixed_machine.now == 0 and fixed.busy_windows == 0  # a fixed count is not sounded
 
 
 @pytest.mark.parametrize(

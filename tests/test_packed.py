@@ -100,8 +100,8 @@ def test_only_a_float32_cpu_model_big_enough_to_gain_is_packed():
 
 
 def test_a_layer_whose_packed_product_is_wrong_is_never_used(monkeypatch):
-    """The check at packing compares each layer with F.linear: a kernel that got it wrong leaves the
-    model as is."""
+    """The check at packing compares a layer of each shape with F.linear: a kernel that got it wrong
+    leaves the model as is."""
     model = build_model("llama", 0, seed=14, attn="sdpa")
     stock = linear_count(model)
     monkeypatch.setattr(
