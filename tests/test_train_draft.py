@@ -247,6 +247,9 @@ def test_the_targets_choice_is_learned_from_its_states_when_asked(setup, monkeyp
     with pytest.raises(SystemExit):
         train_draft.main([*argv, "--learn", "choice"])
     assert "--learn choice reads the target's states: give --states" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # two soft losses of the same chances would stack
+        train_draft.main([*argv, "--states", str(tmp), "--learn", "chances", "--teacher-k", "8"])
+    assert "--learn chances already learns all the target's chances" in capsys.readouterr().err
     target, _ = load_target_of("smollm2", None)
     for path in (samples, heldout):
         where = target_states.part_path(tmp / "states" / path.stem, 0)

@@ -343,6 +343,8 @@ def main(argv=None) -> None:
         parser.error("--layers must be at least 1, --epochs and --lr above 0")
     if args.learn != "written" and not args.states:
         parser.error(f"--learn {args.learn} reads the target's states: give --states")
+    if args.learn == "chances" and args.teacher_k:
+        parser.error("--learn chances already learns all the target's chances: drop --teacher-k")
     import torch
 
     if args.threads:
