@@ -56,6 +56,9 @@ def open_sampling(page) -> None:
 
 
 def test_run_brings_the_race_into_view_and_the_badge_is_there_when_it_ends(page, size):
+    if in_viewport(page, "#stats-ouroboros"):
+        # the race already shows at this size: a shorter window still proves Run's scroll
+        page.set_viewport_size({"width": page.viewport_size["width"], "height": 600})
     assert not in_viewport(page, "#stats-ouroboros"), (
         "the race starts below the fold (else this proves nothing)"
     )

@@ -137,11 +137,13 @@ def _request_row(max_new_tokens: int) -> dict:
                     label="Raw text: continue the prompt as it is, no chat turn",
                 ),
             }
-            with gr.Row():
+            with gr.Row():  # side by side, not one under another: the lanes come up the page
                 buttons = {
-                    "run": gr.Button("Run", variant="primary", elem_id="run"),
-                    "stop": gr.Button("Stop", elem_id="stop"),
-                    "clear": gr.Button("Clear", elem_id="clear"),
+                    "run": gr.Button(
+                        "Run", variant="primary", elem_id="run", scale=2, min_width=80
+                    ),
+                    "stop": gr.Button("Stop", elem_id="stop", min_width=60),
+                    "clear": gr.Button("Clear", elem_id="clear", min_width=60),
                 }
     sized = (gr.Textbox(prompt.value, visible=False), gr.Number(max_new.value, visible=False))
     return {
