@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -173,7 +174,8 @@ class AnswerStore:
         lengths = np.fromiter(map(len, answers), np.int64, len(answers))
         self.answers, self.tokens = len(answers), int(lengths.sum())
         tokens = np.fromiter(chain.from_iterable(answers), np.int64, self.tokens)
-        self.next = {n: Continuations(tokens, lengths, n) for n in ORDERS}
+        ends = np.repeat(np.cumsum(lengths), lengths)  # where each token's answer ends
+        self.next = {n: Continuations(tokens, ends, n) for n in ORDERS}
 
     def walk(self, sequence: list[int], length: int) -> tuple[list[int], int]:
         """Up to `length` tokens after `sequence`, each the one the answers most often wrote after
@@ -198,29 +200,30 @@ class Continuations:
     """Each run of n tokens in the answers -> the token that most often followed it; a tie goes to
     the (run, token) pair seen first.
 
-    Held in sorted numpy arrays, a trie by levels: level j numbers the distinct runs of the answers'
+    Held in sorted arrays, a trie by levels: level j numbers the distinct runs of the answers'
     first j + 1 tokens of a window, keyed by the number of their first j times the vocabulary plus
     their last. Built on whole numbers with no Python object per run: a million answer tokens load
     in a fraction of a second (dictionaries of tuples took seconds at every start)."""
 
-    def __init__(self, tokens: np.ndarray, lengths: np.ndarray, n: int):
-        """tokens: the answers one after another; lengths: each answer's."""
-        ends = np.repeat(np.cumsum(lengths), lengths)  # where each token's answer ends
+    def __init__(self, tokens: np.ndarray, ends: np.ndarray, n: int):
+        """tokens: the answers one after another; ends: where each token's answer ends."""
         starts = np.flatnonzero(np.arange(len(tokens)) + n < ends)  # windows within one answer
         rows = tokens[starts[:, None] + np.arange(n + 1)]  # (run..., next token), in the order seen
         self.vocab = int(rows.max(initial=-1)) + 1
-        self.levels: list[np.ndarray] = []
+        # read through memoryviews: a bisection over one yields Python ints, some times faster for
+        # the decode loop's lookups than numpy's searchsorted and scalars
+        self.levels: list[memoryview] = []
         key, run = rows[:, 0], np.zeros(0, np.int64)
         for column in range(1, n + 1):
             distinct, run = np.unique(key, return_inverse=True)
-            self.levels.append(distinct)
+            self.levels.append(memoryview(distinct))
             key = run.ravel() * self.vocab + rows[:, column]  # never past rows * vocabulary
         _, first, counts = np.unique(key, return_index=True, return_counts=True)
         pair_run = run.ravel()[first]
         order = np.lexsort((first, -counts, pair_run))  # by run, then most counted, then seen first
         # every run was followed by a token: one kept per run, in the order of their numbers
         kept = order[np.r_[True, pair_run[order][1:] != pair_run[order][:-1]][: len(order)]]
-        self.best = rows[first[kept], n]
+        self.best = memoryview(rows[first[kept], n])
 
     def get(self, run: list[int]) -> int | None:
         """The token that most often followed `run` (n tokens), None where the answers never hold
@@ -230,10 +233,10 @@ class Continuations:
             if not 0 <= token < self.vocab:
                 return None
             key = number * self.vocab + token
-            number = int(np.searchsorted(level, key))
+            number = bisect_left(level, key)
             if number == len(level) or level[number] != key:
                 return None
-        return int(self.best[number])
+        return self.best[number]
 
 
 def read_store(path: Path, vocab_size: int) -> AnswerStore:
