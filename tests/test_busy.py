@@ -205,7 +205,7 @@ RACER = textwrap.dedent("""
         for _ in race(engine, "def parse(text):\\n", ["vanilla", "ouroboros"], 48, watch=watch):
             if watch.threads == 1:
                 break
-    print(watch.threads, watch.busy_windows, round(watch.last_share or 0, 2))
+    print(watch.threads, watch.busy_windows, repr(watch.last_share or 0.0))
 """)
 
 
