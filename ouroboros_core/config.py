@@ -300,6 +300,11 @@ class OuroborosConfig:
     # L: one more branch, up to L tokens that followed the earlier occurrence matching most of the
     # text's last 1-4 tokens in the prompt and text so far (0: none); longer than pool phrases.
     lookup: int = knob(12, 0, 64, cli="Ouroboros context-lookup branch length L (0: none)")
+    # While copies stand whole (the text loops), each next copy may be twice as long, up to this
+    # many tokens; a copy that falls short brings it back to L (0 or at most L: always L).
+    lookup_grow: int = knob(
+        0, 0, 256, cli="Ouroboros: a copy's most tokens while whole copies stand (0: always L)"
+    )
     # One more branch where the draft's folder stores the target's answers (lookup.AnswerStore):
     # up to this many tokens walked from what those answers most often wrote after the text's last
     # tokens.

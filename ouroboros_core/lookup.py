@@ -74,7 +74,9 @@ class ContextLookup:
     request's copies stood (LookupTrust, by matched length) times the chance that the target reaches
     it. Greedy copies keep their L tokens: the draft's probabilities are no such chances there.
     Learns from the verdict how far the copy stood, and whether the text repeats itself: after a
-    copy that ran COPY_RUN tokens or more, `repeating` asks the drafter to copy without drafting.
+    copy that ran COPY_RUN tokens or more, `repeating` asks the drafter to copy without drafting;
+    after a copy that stood whole, the next may be twice as long, up to `lookup_grow` (a text that
+    loops: docs/BENCHMARKS.md, "The broad mix: what visitors ask").
 
     Example, greedy, L = 4: committed [1, 2, 5, 9, 10, 11, 3, 1, 2] (the text's last [1, 2] was
     followed by 5, 9, 10, 11) and the trunk [5, 6]: the copy [5, 9, 10, 11] shares the trunk's 5, so
@@ -91,8 +93,10 @@ class ContextLookup:
         self.length = config.lookup if length is None else length  # L: the copy's most tokens
         # trimmed: a token's least chance of standing
         self.above = max(config.lookup_above, above)
-        self.trust = LookupTrust(LOOKUP_LONGEST, max(self.length, 1))
+        self.most = max(self.length, config.lookup_grow if length is None else 0)
+        self.trust = LookupTrust(LOOKUP_LONGEST, max(self.most, 1))
         self.repeating = False  # the latest copy ran long: the text repeats, let lookup lead
+        self.grown = self.length  # this step's copy length: L, doubled while whole copies stand
 
     def find(self, committed: list[int], length: int) -> tuple[list[int], int]:
         """Up to `length` tokens to propose, and how many of the text's last tokens they follow."""
@@ -104,7 +108,7 @@ class ContextLookup:
         if not (self.length and cfg.prompt_lookup and limit > 0):
             return Branches(self.name)
         # Found is at most `limit` long, so it fits after the part it shares with the trunk.
-        found, matched = self.find(committed, min(self.length, limit))
+        found, matched = self.find(committed, min(self.grown, limit))
         common = 0
         while common < min(len(found), len(trunk.tokens)) and found[common] == trunk.tokens[common]:
             common += 1
@@ -138,6 +142,8 @@ class ContextLookup:
         walked = proposal.walked(self.name, verdict.branch)
         self.repeating = walked and verdict.branch_accepted >= COPY_RUN
         copy = proposal.notes.get(self.name)
+        whole = walked and copy is not None and verdict.branch_accepted == copy.length
+        self.grown = min(2 * self.grown, self.most) if whole else self.length
         if copy is not None and verdict.trunk_accepted == copy.hangs:  # the target reached the copy
             self.trust.observe(copy.matched, copy.length, verdict.branch_accepted if walked else 0)
 

@@ -50,6 +50,7 @@ RANGES = {
         ("free_rows", int, 0, 256, False),
         ("fill_above", float, 0.0, 1.0, False),
         ("lookup", int, 0, 64, False),
+        ("lookup_grow", int, 0, 256, False),
         ("stored_answers", int, 0, 64, False),
         ("lookup_above", float, 0.0, 1.0, False),
     ],

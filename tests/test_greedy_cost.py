@@ -73,7 +73,7 @@ class Cost:
 
 
 # Measured on the AVX2 class (MEASURED_CLASS), one thread, per request in REQUESTS' order; in all,
-# demo 512 tokens in 107 forwards verifying 1,655 rows, smollm2 295 in 136 verifying 790.
+# demo 512 tokens in 107 forwards verifying 1,655 rows, smollm2 295 in 135 verifying 792.
 MEASURED = {
     "demo": (
         Cost(128, 28, 346, 4288434149),
@@ -83,7 +83,7 @@ MEASURED = {
     ),
     "smollm2": (
         Cost(24, 17, 82, 2618421159),
-        Cost(128, 40, 291, 1894420441),
+        Cost(128, 39, 293, 1894420441),
         Cost(56, 26, 158, 1269235017),
         Cost(87, 53, 259, 638629348),
     ),

@@ -66,6 +66,30 @@ def test_context_lookup_learns_how_far_its_copy_stood_and_when_to_lead():
     assert long.repeating
 
 
+def test_context_lookup_copies_further_while_whole_copies_stand_and_falls_back_after_one_short():
+    loop = [7, 1, 2, 3, 4, 5, 6] * 6  # a text that loops with a period of 7
+
+    def step(lookup, committed, accepted=None):
+        """Propose on `committed`; the target keeps `accepted` of the copy (all of it if None)."""
+        proposal = Proposal()
+        proposal.add(lookup.propose(step_on(trunk_of([]), committed, 16, proposal)))
+        (copy,) = proposal.branches
+        kept = len(copy) if accepted is None else accepted
+        new = copy[:kept] + [99]
+        lookup.observe(outcome(proposal, Acceptance(0, 0, kept, 99), new, committed=committed))
+        return copy
+
+    lookup = ContextLookup(OuroborosConfig(lookup=4, lookup_grow=12), trims=False)
+    lengths = [len(step(lookup, loop)) for _ in range(4)]
+    assert lengths == [4, 8, 12, 12]  # doubled after each whole copy, up to lookup_grow
+    assert step(lookup, loop) == [7, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4]  # the loop, copied on
+    step(lookup, loop, accepted=5)  # a copy that fell short
+    assert len(step(lookup, loop)) == 4  # back to L
+    # Without lookup_grow a copy stays L tokens however often copies stand whole.
+    plain = ContextLookup(OuroborosConfig(lookup=4), trims=False)
+    assert [len(step(plain, loop)) for _ in range(3)] == [4, 4, 4]
+
+
 def test_pool_phrases_hang_after_the_trunk_unlike_the_branches_already_there():
     pool = PhrasePool(8, 100)
     phrases = PoolPhrases(pool, OuroborosConfig(branches=2, lookup=0, ngram=4), trims=False)
