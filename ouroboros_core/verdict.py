@@ -3,12 +3,14 @@ differ at a float tie (greedy: either token is the target's greedy choice), diff
 boundary (sampled: either token is the target's sample at that position's noise), or mismatch (a
 bug).
 
-In 16-bit floats a forward over many tokens rounds differently from a forward over one. Greedy:
-where the target's two best tokens score the same, or one rounding step apart, the argmax can fall
-either way between a plain decode and a verified draft. Sampled: the sample is the token whose
-tempered score plus the position's fixed noise for it is highest (sampling.position_noise); where
-two tokens' keyed scores lie within rounding of each other, either is the target's sample. The
-engine measures it itself with one more target forward.
+A forward over many tokens rounds differently from a forward over one: in 16-bit floats by whole
+rounding steps, in float32 by far less, yet not never (the default pair's float32 logits on a 2-core
+AVX-512 CPU moved by 4e-5 between the two shapes, and two tokens 6e-6 apart fell the other way:
+docs/ARCHITECTURE.md, *Lossless, in detail*). Greedy: where the target's two best tokens score the
+same, or within that movement, the argmax can fall either way between a plain decode and a verified
+draft. Sampled: the sample is the token whose tempered score plus the position's fixed noise for it
+is highest (sampling.position_noise); where two tokens' keyed scores lie within rounding of each
+other, either is the target's sample. The engine measures it itself with one more target forward.
 
 How far a score can move between forward shapes depends on the CPU or GPU: one whose 16-bit matrix
 units (AMX, tensor cores) take one path for a single row and another for many sums the same products
@@ -77,10 +79,7 @@ def within_rounding(
 ) -> bool:
     """Whether every one of `tokens` scores within reach of the best score (V,): TIE_STEPS rounding
     steps, or twice the measured `spread` (each of the two tokens may move by it), whichever is
-    more; either could be the argmax of a forward of another shape. Never in float32, whose
-    rounding is far below any real gap."""
-    if dtype not in SIXTEEN_BIT:
-        return False
+    more; either could be the argmax of a forward of another shape."""
     best = float(scores.max())
     chosen = [float(scores[token]) for token in tokens]
     tolerance = max(TIE_STEPS * rounding_step(dtype, max(abs(best), *map(abs, chosen))), 2 * spread)
@@ -135,9 +134,7 @@ def drawable(
     sample where its tempered score plus its noise is the highest of the nucleus
     (sampling.keyed_scores): it could be where, rounded up, it reaches the highest that any token
     the nucleus keeps in every rounding has rounded down; a token the nucleus keeps only in some
-    roundings counts. Never in float32, whose rounding is far below any real gap."""
-    if dtype not in SIXTEEN_BIT:
-        return False
+    roundings counts."""
     scores = scores.double()
     steps = rounding_steps(scores, dtype, spread)
     low, high = (scores - steps) / temperature + noise, (scores + steps) / temperature + noise
@@ -171,7 +168,7 @@ class TargetChoices:
     seed: int | None
     positions: range
     noise: torch.Tensor | None
-    spread: float  # how far a score moved between two forward shapes at b[at] (0 in float32)
+    spread: float  # how far a score moved between two forward shapes at b[at]
 
     @classmethod
     def measure(cls, target, prompt_ids, b, at, temperature, top_p, seed) -> TargetChoices:
@@ -183,11 +180,7 @@ class TargetChoices:
             if temperature > 0.0
             else None
         )
-        spread = (
-            shape_spread(target, ids[0, : len(prompt_ids) + at], rows[0])
-            if target.dtype in SIXTEEN_BIT
-            else 0.0
-        )
+        spread = shape_spread(target, ids[0, : len(prompt_ids) + at], rows[0])
         return cls(rows, target.dtype, temperature, top_p, seed, positions, noise, spread)
 
     def possible(self, offset: int, tokens: list[int]) -> bool:
@@ -265,7 +258,7 @@ def output_verdict(
         return OutputVerdict("mismatch", at, None, dtype)
     choices = TargetChoices.measure(target, prompt_ids, b, at, temperature, top_p, seed)
     sampled = temperature > 0.0
-    spread = choices.spread if target.dtype in SIXTEEN_BIT else None
+    spread = choices.spread
     if not choices.possible(0, [a[at], b[at]]):
         return OutputVerdict(
             "mismatch", at, choices.first_margin(a[at], b[at]), dtype, sampled, spread

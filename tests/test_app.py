@@ -58,7 +58,7 @@ def test_race_returns_identical_lanes_with_stats(client):
     result = race(client, CODE_PROMPT, 24)
 
     assert set(result) == {"vanilla", "ouroboros"}
-    # float32, the embedded pair's dtype: identical, never a tie.
+    # float32, the embedded pair's dtype: identical on this prompt.
     assert result["ouroboros"].pop("verdict") == {
         "kind": "identical",
         "first_difference": None,

@@ -58,9 +58,15 @@ def test_keyed_scores_within_rounding_may_pick_either_token_and_far_ones_may_not
         torch.bfloat16,
     ), "token 1 trails by 0.3: far beyond two rounding steps"
     assert not drawable(scores, [2], 1.0, 1.0, tied, torch.bfloat16)
-    assert not drawable(scores.float(), [0, 1], 1.0, 1.0, tied, torch.float32), (
-        "float32 rounding excuses nothing"
-    )
+    assert drawable(scores.float(), [0, 1], 1.0, 1.0, tied, torch.float32)
+    assert not drawable(
+        scores.float(),
+        [0, 1],
+        1.0,
+        1.0,
+        tied - torch.tensor([0.0, 1e-4, 0.0], dtype=torch.float64),
+        torch.float32,
+    ), "float32's two steps excuse far less than 1e-4"
 
 
 def test_the_rounding_allowed_is_two_steps_of_each_score_and_no_more():
