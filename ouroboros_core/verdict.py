@@ -282,23 +282,23 @@ def explain(verdict: OutputVerdict, name: str = "Ouroboros") -> str:
     """The verdict in plain words, for a page or a log."""
     if verdict.kind == "identical":
         return "identical outputs, token for token"
-    if verdict.kind == "float tie":
-        return (
-            f"identical up to token {verdict.first_difference}, where the target's two best tokens "
-            f"scored the same within {verdict.dtype} rounding (gap {verdict.margin:g}); either is "
-            f"its greedy choice"
-        )
-    if verdict.kind == "rounding boundary":
-        return (
-            f"identical up to token {verdict.first_difference}, where two tokens' randomised "
-            f"scores were equal within {verdict.dtype} rounding (gap {verdict.margin:.2g}); either "
-            f"is the target's sample there"
-        )
     moved = (
         f"; scores moved by up to {verdict.spread:.2g} between forward shapes here"
         if verdict.spread
         else ""
     )
+    if verdict.kind == "float tie":
+        return (
+            f"identical up to token {verdict.first_difference}, where the target's two best tokens "
+            f"scored the same within {verdict.dtype} rounding (gap {verdict.margin:g}{moved}); "
+            "either is its greedy choice"
+        )
+    if verdict.kind == "rounding boundary":
+        return (
+            f"identical up to token {verdict.first_difference}, where two tokens' randomised "
+            f"scores were equal within {verdict.dtype} rounding (gap {verdict.margin:.2g}{moved}); "
+            "either is the target's sample there"
+        )
     if verdict.sampled:
         gap = (
             ""
