@@ -76,7 +76,7 @@ class ContextLookup:
     Learns from the verdict how far the copy stood, and whether the text repeats itself: after a
     copy that ran COPY_RUN tokens or more, `repeating` asks the drafter to copy without drafting;
     after a copy that stood whole, the next may be twice as long, up to `lookup_grow` (a text that
-    loops: docs/BENCHMARKS.md, "The broad mix: what visitors ask").
+    loops: docs/BENCHMARKS.md, "The preset's settings").
 
     Example, greedy, L = 4: committed [1, 2, 5, 9, 10, 11, 3, 1, 2] (the text's last [1, 2] was
     followed by 5, 9, 10, 11) and the trunk [5, 6]: the copy [5, 9, 10, 11] shares the trunk's 5, so

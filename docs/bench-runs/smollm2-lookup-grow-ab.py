@@ -1,6 +1,6 @@
 """Copies that grow while whole copies stand (`lookup_grow`) against copies of L tokens, on the
 default pair: each broad held-out request raced both ways in one process, the order alternating,
-the tokens asserted equal (docs/BENCHMARKS.md, "The broad mix: what visitors ask"; output:
+the tokens asserted equal (docs/BENCHMARKS.md, "The preset's settings"; output:
 smollm2-lookup-grow-ab.txt).
 
     python3 docs/bench-runs/smollm2-lookup-grow-ab.py --grow 48 --requests 65
