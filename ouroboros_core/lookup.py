@@ -93,6 +93,7 @@ class ContextLookup:
         self.length = config.lookup if length is None else length  # L: the copy's most tokens
         # trimmed: a token's least chance of standing
         self.above = max(config.lookup_above, above)
+        # the most a copy grows to; a subclass that gives its own length (StoredLookup) never grows
         self.most = max(self.length, config.lookup_grow if length is None else 0)
         self.trust = LookupTrust(LOOKUP_LONGEST, max(self.most, 1))
         self.repeating = False  # the latest copy ran long: the text repeats, let lookup lead
