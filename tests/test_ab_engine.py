@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -122,3 +124,27 @@ def test_ab_engine_on_the_broad_requests_reports_each_kind(tmp_path):
     assert report["prompt_set"] == "broad" and report["prompts"] == 2
     kinds = report["methods"]["ouroboros"]["old_over_new_by_kind"]
     assert sorted(kinds) == ["roleplay", "writing"] and all(ratio > 0 for ratio in kinds.values())
+
+
+def test_two_revisions_may_part_only_where_the_target_calls_it_a_tie(make_engine, monkeypatch):
+    """Another tree shape moves the target's scores in their last bits, so two revisions may part
+    where its two best tokens tie: the A/B names that prompt and goes on. Any other parting is a
+    bug in one of them and stops it."""
+    from ouroboros_core.tools.ab_engine import tie_or_fail
+    from ouroboros_core.verdict import OutputVerdict
+
+    engine = make_engine("llama", "noisy")
+    prompt = "def add(a, b):"
+    own = engine.generate(prompt, "vanilla", 8).token_ids
+    other = own[:3] + [(own[3] + 1) % engine.target.config.vocab_size] + own[4:]
+    with pytest.raises(AssertionError, match="prompt 5: mismatch"):
+        tie_or_fail(engine, prompt, {"old": own, "new": other}, None, {}, 5)
+    # a tie (the verdict's own tests build real ones): the prompt is reported, not failed
+    monkeypatch.setattr(
+        engine, "verdict", lambda *args, **kw: OutputVerdict("float tie", 3, 2e-6, "float32")
+    )
+    assert tie_or_fail(engine, prompt, {"old": own, "new": other}, None, {}, 5) == [
+        5,
+        3,
+        "float tie",
+    ]
