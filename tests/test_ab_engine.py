@@ -138,12 +138,12 @@ def test_two_revisions_may_part_only_where_the_target_calls_it_a_tie(make_engine
     own = engine.generate(prompt, "vanilla", 8).token_ids
     other = own[:3] + [(own[3] + 1) % engine.target.config.vocab_size] + own[4:]
     with pytest.raises(AssertionError, match="prompt 5: mismatch"):
-        tie_or_fail(engine, prompt, {"old": own, "new": other}, None, {}, 5)
+        tie_or_fail(engine, prompt, {"old": own, "new": other}, {}, 5)
     # a tie (the verdict's own tests build real ones): the prompt is reported, not failed
     monkeypatch.setattr(
         engine, "verdict", lambda *args, **kw: OutputVerdict("float tie", 3, 2e-6, "float32")
     )
-    assert tie_or_fail(engine, prompt, {"old": own, "new": other}, None, {}, 5) == [
+    assert tie_or_fail(engine, prompt, {"old": own, "new": other}, {}, 5) == [
         5,
         3,
         "float tie",

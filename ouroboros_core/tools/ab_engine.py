@@ -76,9 +76,7 @@ def alternate(
                 outputs[name] = result.token_ids
                 forwards[name] += result.stats.target_forwards if round_index == 0 else 0
             if outputs["old"] != outputs["new"]:
-                parted.append(
-                    tie_or_fail(engines["new"], prompt, outputs, sampling, options, index)
-                )
+                parted.append(tie_or_fail(engines["new"], prompt, outputs, options, index))
     ratios = [old / new for old, new in zip(seconds["old"], seconds["new"])]
     result = {
         "old_over_new_total": round(sum(seconds["old"]) / sum(seconds["new"]), 4),
@@ -93,24 +91,12 @@ def alternate(
     return result
 
 
-def tie_or_fail(engine, prompt: str, outputs: dict, sampling, options: dict, index: int) -> list:
+def tie_or_fail(engine, prompt: str, outputs: dict, options: dict, index: int) -> list:
     """Two outputs that differ: [index, first difference, the verdict's words] where they part at a
     float tie or a rounding boundary of the target (a different tree shape moves its scores in the
-    last bits: docs/ARCHITECTURE.md, "Lossless, in detail"), else an AssertionError."""
-    verdict = engine.verdict(
-        prompt,
-        outputs["old"],
-        outputs["new"],
-        **(
-            {
-                "temperature": sampling["temperature"],
-                "top_p": sampling["top_p"],
-                "seed": options["seed"],
-            }
-            if sampling
-            else {}
-        ),
-    )
+    last bits: docs/ARCHITECTURE.md, "Lossless, in detail"), else an AssertionError. options: the
+    request's sampling (temperature, top_p, seed), empty when greedy."""
+    verdict = engine.verdict(prompt, outputs["old"], outputs["new"], **options)
     assert verdict.kind in CALM, (
         f"the two revisions write different tokens on prompt {index}: {verdict.kind}"
     )
