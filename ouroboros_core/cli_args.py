@@ -24,6 +24,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         "--device-map", choices=["auto"], help="spread the target over GPUs with accelerate"
     )
     parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="send each prompt as a user's turn through the target tokenizer's chat template (a "
+        "preset sets this itself; give it for your own instruct pair)",
+    )
 
 
 def flagged_knobs() -> dict[str, Knob]:
@@ -61,16 +67,23 @@ def method_options(args, method: str) -> dict:
 def engine_from_args(args, watch_threads: bool = True):
     """The pair the arguments name; watch_threads as load_engine's (a benchmark keeps its threads
     fixed)."""
-    from .models import load_engine
+    from .models import LoadError, load_engine
 
     # As the app: OUROBOROS_PRESET chooses the pair where --target does not.
     target = args.target or os.environ.get("OUROBOROS_PRESET") or None
-    return load_engine(
+    engine = load_engine(
         target,
         args.draft,
         args.device,
         dtype=args.dtype,
         device_map=args.device_map,
         trust_remote_code=args.trust_remote_code,
+        chat=True if args.chat else None,
         watch_threads=watch_threads,
     )
+    if args.chat and not engine.chat:
+        raise LoadError(
+            f"--chat: {engine.name}'s tokenizer has no chat template; leave --chat out to continue "
+            "the prompts as they are"
+        )
+    return engine

@@ -92,6 +92,42 @@ def test_bad_input_is_one_clear_line(pair, args, message):
     assert "Traceback" not in done.stderr
 
 
+# A chat template of our own, so the test knows the text a user's turn becomes.
+TEMPLATE = (
+    "{% for m in messages %}<user>{{ m['content'] }}</user>{% endfor %}"
+    "{% if add_generation_prompt %}<bot>{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def chat_pair(tmp_path_factory):
+    """The tiny pair with a chat template: a folder pair that is not a preset, as a user's own."""
+    root = save_tiny_pair(tmp_path_factory.mktemp("cli-chat-pair"))
+    for name in ("target", "draft"):
+        (root / name / "chat_template.jinja").write_text(TEMPLATE)
+    return ["--target", str(root / "target"), "--draft", str(root / "draft")]
+
+
+def test_chat_sends_a_folder_pairs_prompt_as_a_users_turn(chat_pair):
+    def ids(*args):
+        done = cli("generate", "--json", "--max-new-tokens", "12", *chat_pair, *args)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)["token_ids"]
+
+    as_chat = ids("--chat", "def f(x):")
+    assert as_chat == ids("<user>def f(x):</user><bot>")  # the template's text, continued
+    assert as_chat != ids("def f(x):")  # without --chat a folder pair continues the prompt raw
+    assert ids("--chat", "--raw", "def f(x):") == ids("def f(x):")
+    shown = cli("generate", "--chat", "--no-colour", "--max-new-tokens", "4", *chat_pair, "hi")
+    assert "the prompt is sent as a user's chat turn" in shown.stderr
+
+
+def test_chat_on_a_pair_without_a_template_is_one_clear_line(pair):
+    done = cli("generate", "--chat", "--max-new-tokens", "4", *pair, "hi")
+    assert done.returncode == 2
+    assert "tokenizer has no chat template" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_bench_smoke_writes_table_json_and_chart(pair, tmp_path):
     out, chart = tmp_path / "bench.json", tmp_path / "bench.png"
     done = cli(

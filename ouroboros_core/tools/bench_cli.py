@@ -70,7 +70,7 @@ def add_prompt_sets(bench) -> None:
         "--requests",
         action="store_true",
         help="held-out chat requests about pip's code (write, explain, list, a class, JSON, tests; "
-        "none in the default draft's training) instead, for a chat pair",
+        "none in the default draft's training) instead, for a chat pair (a preset, or --chat)",
     )
     prompts.add_argument(
         "--broad",
@@ -84,7 +84,8 @@ def add_prompt_sets(bench) -> None:
         "--long",
         action="store_true",
         help="held-out summaries and answers over a long passage (2,000 to 3,000 tokens each) "
-        "instead, for a chat pair: where verification runs over a long context",
+        "instead, for a chat pair (a preset, or --chat): where verification runs over a long "
+        "context",
     )
 
 
