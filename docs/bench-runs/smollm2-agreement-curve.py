@@ -26,7 +26,7 @@ from ouroboros_core.tools.bench import broad_requests  # noqa: E402
 
 
 def perfect_draft_script():
-    """smollm2-perfect-draft.py beside this file, for its target_as_draft."""
+    """smollm2-perfect-draft.py beside this file, for its target_as_draft and forwards."""
     path = Path(__file__).with_name("smollm2-perfect-draft.py")
     spec = importlib.util.spec_from_file_location("perfect_draft", path)
     module = importlib.util.module_from_spec(spec)
@@ -49,8 +49,8 @@ class FirstGuesses:
             if self.tau:
                 uniform = torch.rand(logits.shape, generator=self.noise).clamp_(1e-12, 1 - 1e-7)
                 logits = logits - self.tau * torch.log(-torch.log(uniform)).to(logits.dtype)
-            if not runner.fed or len(runner.fed) + (runner.start or 0) == len(sequence):
-                self.pending.setdefault(id(runner), (len(sequence), int(logits[0].argmax())))
+            # a step's first forward reads exactly the committed tokens (the trunk starts there)
+            self.pending.setdefault(id(runner), (len(sequence), int(logits[0].argmax())))
             return logits
 
         def followed(runner, committed, state):
@@ -67,16 +67,6 @@ class FirstGuesses:
         self.noise.manual_seed(0)
 
 
-def run(engine, requests, settings) -> tuple[int, int, list[float]]:
-    tokens = calls = 0
-    per_request = []
-    for request in requests:
-        stats = engine.generate(request["prompt"], "ouroboros", 128, **settings).stats
-        tokens, calls = tokens + stats.new_tokens, calls + stats.target_forwards
-        per_request.append(stats.new_tokens / stats.target_forwards)
-    return tokens, calls, per_request
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=26)
@@ -85,7 +75,7 @@ def main() -> None:
     parser.add_argument("--shipped", action="store_true", help="the shipped draft too")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    guesses = FirstGuesses()
+    guesses, perfect = FirstGuesses(), perfect_draft_script()
     settings = dict(presets()["smollm2"].settings["cpu"]["ouroboros"])
     shipped = load_engine("smollm2", watch_threads=False)
     target = Path(shipped.target.name_or_path)
@@ -95,7 +85,7 @@ def main() -> None:
         if args.taus:
             oracle = load_engine(
                 str(target),
-                str(perfect_draft_script().target_as_draft(target, Path(folder))),
+                str(perfect.target_as_draft(target, Path(folder))),
                 "cpu",
                 chat=True,
                 watch_threads=False,
@@ -104,7 +94,7 @@ def main() -> None:
         print(f"{len(requests)} broad held-out requests, 128 tokens, greedy, preset settings")
         for label, engine, tau in arms:
             guesses.arm(tau)
-            tokens, calls, per_request = run(engine, requests, settings)
+            tokens, calls, per_request, _ = perfect.forwards(engine, requests, settings)
             print(
                 f"{label:28} first guess stood {guesses.stood / guesses.steps:6.1%} "
                 f"({guesses.steps} steps)  tokens/forward {tokens / calls:.2f} "
